@@ -1,0 +1,39 @@
+"""Follow an A2A agent's live trajectory while a step runs, store it as it is read,
+and never outlive the step that started it."""
+
+from ._chunks import LiveTrajectoryChunks as LiveTrajectoryChunks
+from ._discovery import live_trajectory_endpoint as live_trajectory_endpoint
+from ._errors import AgentError as AgentError
+from ._errors import AgentRefusedError as AgentRefusedError
+from ._errors import AgentUnavailableError as AgentUnavailableError
+from ._errors import CorruptObjectError as CorruptObjectError
+from ._errors import CursorMismatchError as CursorMismatchError
+from ._errors import FollowerError as FollowerError
+from ._errors import InvalidKeyError as InvalidKeyError
+from ._errors import MalformedPageError as MalformedPageError
+from ._errors import NoProgressError as NoProgressError
+from ._errors import ObjectExistsError as ObjectExistsError
+from ._errors import ObjectNotFoundError as ObjectNotFoundError
+from ._errors import PageFieldError as PageFieldError
+from ._errors import PageNotAnObjectError as PageNotAnObjectError
+from ._errors import PageTooLargeError as PageTooLargeError
+from ._errors import ReaderIdleError as ReaderIdleError
+from ._errors import StoreError as StoreError
+from ._errors import TaskMismatchError as TaskMismatchError
+from ._errors import TaskNotFoundError as TaskNotFoundError
+from ._errors import TurnStateError as TurnStateError
+from ._errors import UnknownStateError as UnknownStateError
+from ._errors import UsageError as UsageError
+from ._follow import follow_trajectory as follow_trajectory
+from ._reader import StoredEvent as StoredEvent
+from ._reader import read_live_trajectory as read_live_trajectory
+from ._stores import FilesystemStore as FilesystemStore
+from ._stores import MemoryStore as MemoryStore
+from ._stores import ObjectStore as ObjectStore
+from ._turns import LiveTurn as LiveTurn
+from ._turns import LiveTurns as LiveTurns
+from ._turns import following_live_trajectory as following_live_trajectory
+from ._wire import TrajectoryBatch as TrajectoryBatch
+from ._wire import TrajectoryState as TrajectoryState
+
+__version__ = "0.1.0"

@@ -1,0 +1,146 @@
+"""Every error the library raises, named by who caused it.
+
+::
+
+    FollowerError                    root: catch this to catch anything of ours
+    ├── AgentError                   the agent (or a proxy before it) misbehaved
+    │   ├── TaskNotFoundError        404: the agent does not know the task
+    │   ├── AgentRefusedError        another 4xx: the agent refused our read
+    │   ├── AgentUnavailableError    5xx, transport error or read timeout
+    │   └── MalformedPageError       the answer is not a valid page
+    │       ├── PageNotAnObjectError     not JSON, or not a JSON object
+    │       ├── PageFieldError           a field is missing or has the wrong type
+    │       ├── UnknownStateError        ``state`` is not one of the five states
+    │       ├── CursorMismatchError      ``next != after + len(events)``
+    │       ├── TaskMismatchError        ``task_id`` is not the one asked for
+    │       ├── NoProgressError          ``has_more`` on a page that does not advance
+    │       └── PageTooLargeError        the body is larger than ``max_page_bytes``
+    ├── StoreError                   an object store misbehaved
+    │   ├── ObjectExistsError        write-once: the key is already written
+    │   ├── ObjectNotFoundError      the key is not written
+    │   └── CorruptObjectError       a stored object cannot be parsed
+    ├── UsageError                   the caller used the library wrongly
+    │   ├── InvalidKeyError          a key or prefix breaks the key rules
+    │   └── TurnStateError           follow() twice, or after the block ended
+    └── ReaderIdleError              a reader saw no new object for too long
+
+Not in the tree: the post-stop sentinel (:class:`FollowingEnded`), which ends a
+follower's loop like ``EndOfStream`` ends a stream's; it never leaves the library.
+"""
+
+from __future__ import annotations
+
+
+class FollowerError(Exception):
+    """Root of every error the library raises."""
+
+
+# --- the agent's faults -------------------------------------------------------------
+
+
+class AgentError(FollowerError):
+    """The agent, or a proxy in front of it, answered wrongly or not at all."""
+
+
+class TaskNotFoundError(AgentError):
+    """The agent does not know the task (404): never seen, evicted, or restarted."""
+
+
+class AgentRefusedError(AgentError):
+    """The agent refused the read with a 4xx other than 404."""
+
+    def __init__(self, message: str, *, status_code: int) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class AgentUnavailableError(AgentError):
+    """The agent could not be read now: 5xx, transport error or timeout.
+
+    These are the only agent errors worth retrying.
+    """
+
+
+class MalformedPageError(AgentError):
+    """The agent answered 200, but not with a valid page."""
+
+
+class PageNotAnObjectError(MalformedPageError):
+    """The body is not JSON, or not a JSON object."""
+
+
+class PageFieldError(MalformedPageError):
+    """A field of the page is missing or has the wrong type."""
+
+
+class UnknownStateError(MalformedPageError):
+    """The page's ``state`` is not one of the five trajectory states."""
+
+
+class CursorMismatchError(MalformedPageError):
+    """The page's cursor does not add up: ``next != after + len(events)``."""
+
+
+class TaskMismatchError(MalformedPageError):
+    """The page belongs to another task than the one asked for."""
+
+
+class NoProgressError(MalformedPageError):
+    """The page claims more events but does not advance the cursor."""
+
+
+class PageTooLargeError(MalformedPageError):
+    """The body is larger than ``max_page_bytes``; it was not loaded."""
+
+
+# --- the store's faults -------------------------------------------------------------
+
+
+class StoreError(FollowerError):
+    """An object store failed or holds something it should not."""
+
+
+class ObjectExistsError(StoreError):
+    """A write-once store already holds the key."""
+
+
+class ObjectNotFoundError(StoreError):
+    """The store holds no object under the key."""
+
+
+class CorruptObjectError(StoreError):
+    """A stored object cannot be parsed as what its key says it is."""
+
+
+# --- the caller's faults ------------------------------------------------------------
+
+
+class UsageError(FollowerError):
+    """The library was used in a way it does not support."""
+
+
+class InvalidKeyError(UsageError, ValueError):
+    """A key or prefix breaks the key rules (segments, no ``..``, no backslash...)."""
+
+
+class TurnStateError(UsageError, RuntimeError):
+    """``follow()`` was called twice in one turn, or after the turn's block ended."""
+
+
+# --- readers ------------------------------------------------------------------------
+
+
+class ReaderIdleError(FollowerError, TimeoutError):
+    """A reader of a stored trajectory saw no new object for ``idle_timeout_seconds``."""
+
+
+# --- the sentinel -------------------------------------------------------------------
+
+
+class FollowingEnded(Exception):
+    """A read failed after the step stopped: the agent is gone, stop following.
+
+    Raised at one seam (the failed read after stop) and caught by its owner,
+    ``follow_trajectory``, which then returns normally. It is deliberately not
+    a :class:`FollowerError`: it is not an error, and it never reaches users.
+    """

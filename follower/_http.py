@@ -1,0 +1,214 @@
+"""Cursor reads over HTTP, and the clients they share: the only module importing httpx.
+
+Every failure of a read leaves here as a typed :class:`~follower.AgentError`,
+except one: our own connection pool being full (:class:`PoolBusy`), which is
+not the agent's fault and must never count as a failed read of it.
+"""
+
+from __future__ import annotations
+
+import ssl
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+import attrs
+import httpx
+
+from ._errors import (
+    AgentRefusedError,
+    AgentUnavailableError,
+    PageTooLargeError,
+    TaskNotFoundError,
+)
+from ._wire import Page
+
+DEFAULT_READ_TIMEOUT_SECONDS = 30.0
+DEFAULT_MAX_PAGE_BYTES = 64 * 1024 * 1024
+# Each follower has at most one read in flight, so a client leased to at most
+# this many followers never makes one of them wait for a connection.
+FOLLOWERS_PER_CLIENT = 64
+
+
+class PoolBusy(Exception):
+    """No connection of our own pool was free in time: wait and read again."""
+
+
+async def read_page(
+    client: httpx.AsyncClient,
+    endpoint: str,
+    task_id: str,
+    after: int,
+    *,
+    read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
+    max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+) -> Page:
+    """Read one page of ``task_id`` from cursor ``after``, validated.
+
+    The whole read (connect, send, headers, body) is bounded by
+    ``read_timeout_seconds``, except the wait for a pooled connection. The body is
+    streamed and refused as soon as it passes ``max_page_bytes``.
+    """
+    request = {"task_id": task_id, "after": after}
+    timeout = httpx.Timeout(read_timeout_seconds)
+    try:
+        async with client.stream("POST", endpoint, json=request, timeout=timeout) as response:
+            # A connection is ours from here: bound the rest of the read as a whole,
+            # so an agent dripping bytes cannot hold it past the read timeout.
+            with anyio.fail_after(read_timeout_seconds):
+                status = response.status_code
+                if status != 200:
+                    text = await _read_capped(response, 2048, cut=True)
+                    raise _status_error(status, text.decode(errors="replace"), task_id, endpoint)
+                body = await _read_capped(response, max_page_bytes)
+    except httpx.PoolTimeout as exc:
+        raise PoolBusy(f"no free connection to {endpoint} in {read_timeout_seconds} s") from exc
+    except httpx.TimeoutException as exc:
+        raise AgentUnavailableError(
+            f"read of task {task_id!r} at {endpoint} timed out after {read_timeout_seconds} s"
+        ) from exc
+    except TimeoutError as exc:
+        raise AgentUnavailableError(
+            f"read of task {task_id!r} at {endpoint} took over {read_timeout_seconds} s"
+        ) from exc
+    except httpx.TransportError as exc:
+        raise AgentUnavailableError(
+            f"read of task {task_id!r} at {endpoint} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    return Page.from_json(body, task_id=task_id, after=after)
+
+
+async def _read_capped(response: httpx.Response, limit: int, *, cut: bool = False) -> bytes:
+    declared = response.headers.get("content-length")
+    if not cut and declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PageTooLargeError(f"page of {declared} bytes is over the {limit}-byte cap")
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            if cut:
+                parts.append(chunk[: limit - (size - len(chunk))])
+                break
+            raise PageTooLargeError(f"page is over the {limit}-byte cap; not loaded")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _status_error(status: int, text: str, task_id: str, endpoint: str) -> Exception:
+    detail = text.strip().splitlines()[0][:200] if text.strip() else "(no body)"
+    if status == 404:
+        return TaskNotFoundError(f"agent at {endpoint} does not know task {task_id!r}: {detail}")
+    if status >= 500:
+        return AgentUnavailableError(f"agent at {endpoint} answered {status}: {detail}")
+    return AgentRefusedError(
+        f"agent at {endpoint} refused the read of task {task_id!r} with {status}: {detail}",
+        status_code=status,
+    )
+
+
+# --- shared clients -----------------------------------------------------------------
+
+_ssl_context: ssl.SSLContext | None = None
+_ssl_lock = threading.Lock()
+
+
+def _shared_ssl_context() -> ssl.SSLContext:
+    # Loading the CA bundle is most of what a client costs (~30 ms of CPU): once a process.
+    global _ssl_context
+    with _ssl_lock:
+        if _ssl_context is None:
+            _ssl_context = httpx.create_ssl_context()
+        return _ssl_context
+
+
+@attrs.define(eq=False)
+class _Shard:
+    client: httpx.AsyncClient
+    leases: int = 0
+
+
+@attrs.define(eq=False)
+class ClientPool:
+    """Clients shared by followers, sharded so that no pool grows without bound.
+
+    A follower leases a client for as long as it runs. A client serves at most
+    ``followers_per_client`` followers and has that many connections, so no
+    follower waits on another for a connection; a new client is created when
+    every client is full, and closed when its last follower leaves. All clients
+    share one SSL context, loaded once per process in a worker thread.
+    """
+
+    followers_per_client: int = FOLLOWERS_PER_CLIENT
+    _shards: list[_Shard] = attrs.field(factory=list, init=False)
+    _creating: anyio.Lock = attrs.field(factory=anyio.Lock, init=False)
+
+    @property
+    def client_count(self) -> int:
+        return len(self._shards)
+
+    @asynccontextmanager
+    async def lease(self) -> AsyncIterator[httpx.AsyncClient]:
+        """A client for one follower, for the duration of the block."""
+        shard = await self._acquire()
+        try:
+            yield shard.client
+        finally:
+            shard.leases -= 1
+            if shard.leases == 0:
+                self._shards.remove(shard)
+                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                    await shard.client.aclose()
+
+    async def _acquire(self) -> _Shard:
+        shard = self._free_shard()
+        if shard is None:
+            async with self._creating:
+                shard = self._free_shard()
+                if shard is None:
+                    context = await anyio.to_thread.run_sync(_shared_ssl_context)
+                    shard = _Shard(self._new_client(context))
+                    self._shards.append(shard)
+                # Counted before the lock is released: a shard with no lease is closed.
+                shard.leases += 1
+                return shard
+        shard.leases += 1
+        return shard
+
+    def _free_shard(self) -> _Shard | None:
+        free = [s for s in self._shards if s.leases < self.followers_per_client]
+        return min(free, key=lambda s: s.leases) if free else None
+
+    def _new_client(self, context: ssl.SSLContext) -> httpx.AsyncClient:
+        n = self.followers_per_client
+        return httpx.AsyncClient(
+            verify=context,
+            limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
+            follow_redirects=False,
+        )
+
+
+_run_pool: anyio.lowlevel.RunVar[ClientPool] = anyio.lowlevel.RunVar("follower_client_pool")
+
+
+def client_pool() -> ClientPool:
+    """The clients shared by every follower of this event loop."""
+    try:
+        return _run_pool.get()
+    except LookupError:
+        pool = ClientPool()
+        _run_pool.set(pool)
+        return pool
+
+
+@asynccontextmanager
+async def leased_client(client: httpx.AsyncClient | None) -> AsyncIterator[httpx.AsyncClient]:
+    """The caller's client if given, else one leased from this loop's shared pool."""
+    if client is not None:
+        yield client
+        return
+    async with client_pool().lease() as leased:
+        yield leased

@@ -1,0 +1,162 @@
+"""Reading a step's stored live trajectory back, turn after turn, as it is written.
+
+The reader is a tail: it waits for new objects as long as its caller lets it
+(or until ``idle_timeout_seconds`` pass with nothing new), because a missing
+``next.json`` cannot tell a step still working from a worker that died.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import attrs
+
+from ._errors import CorruptObjectError, ReaderIdleError
+from ._keys import check_prefix, check_turn_id
+from ._layout import END, NEXT, decode_events, decode_json_object, parse_chunk_name, turn_prefix
+from ._stores import ObjectStore
+
+DEFAULT_READER_POLL_SECONDS = 1.0
+
+
+@attrs.frozen
+class StoredEvent:
+    """One stored event: the turn it belongs to and its position in that turn."""
+
+    turn_id: str
+    index: int
+    event: Any
+
+
+async def read_live_trajectory(
+    store: ObjectStore,
+    prefix_key: str,
+    turn_id: str,
+    *,
+    poll_interval_seconds: float = DEFAULT_READER_POLL_SECONDS,
+    idle_timeout_seconds: float | None = None,
+) -> AsyncIterator[StoredEvent]:
+    """Yield a step's stored events from ``turn_id`` on, until its last turn ends.
+
+    Raises :class:`~follower.ReaderIdleError` when no new object appears for
+    ``idle_timeout_seconds``, and :class:`~follower.CorruptObjectError` when the
+    stored objects contradict each other.
+    """
+    check_prefix(prefix_key)
+    if poll_interval_seconds <= 0:
+        raise ValueError("poll_interval_seconds must be positive")
+    idle = _IdleClock(idle_timeout_seconds)
+    seen: set[str] = set()
+    current: str | None = check_turn_id(turn_id)
+    while current is not None:
+        if current in seen:
+            raise CorruptObjectError(f"turn {current!r} is linked twice: the links loop")
+        seen.add(current)
+        turn = _TurnReader(store, turn_prefix(prefix_key, current), current)
+        while not turn.done:
+            async for event in turn.read_new():
+                idle.touch()
+                yield event
+            if turn.progressed:
+                idle.touch()
+            elif not turn.done:
+                await anyio.sleep(poll_interval_seconds)
+                idle.check(turn.prefix)
+        current = turn.next_turn
+
+
+class _IdleClock:
+    def __init__(self, timeout: float | None) -> None:
+        self._timeout = timeout
+        self._last = anyio.current_time()
+
+    def touch(self) -> None:
+        self._last = anyio.current_time()
+
+    def check(self, where: str) -> None:
+        if self._timeout is not None and anyio.current_time() - self._last >= self._timeout:
+            raise ReaderIdleError(f"no new object under {where!r} for {self._timeout} s")
+
+
+class _TurnReader:
+    """One turn's objects, read as far as they go at each listing."""
+
+    def __init__(self, store: ObjectStore, prefix: str, turn_id: str) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.turn_id = turn_id
+        self.cursor = 0
+        self.end_next: int | None = None
+        self.next_turn: str | None = None
+        self.done = False
+        self.progressed = False
+        self._short_listings = 0
+
+    async def read_new(self) -> AsyncIterator[StoredEvent]:
+        """Yield the events stored since the last call, and note end and link marks."""
+        self.progressed = False
+        names = {key[len(self.prefix) :] for key in await self.store.list(self.prefix)}
+        for after, next_, name in sorted(c for c in map(_chunk, names) if c is not None):
+            if next_ <= self.cursor:
+                continue
+            if after != self.cursor:
+                if after < self.cursor:
+                    raise CorruptObjectError(f"chunk {self.prefix + name!r} overlaps another")
+                break  # a gap: the chunk before it is not written yet
+            key = self.prefix + name
+            events = decode_events(await self.store.get(key), key)
+            if len(events) != next_ - after:
+                raise CorruptObjectError(
+                    f"chunk {key!r} holds {len(events)} events, its name says {next_ - after}"
+                )
+            for offset, event in enumerate(events):
+                yield StoredEvent(self.turn_id, after + offset, event)
+            self.cursor = next_
+            self.progressed = True
+        if self.end_next is None and END in names:
+            self.end_next = _int_field(await self._get_object(END), "next", self.prefix + END)
+            self.progressed = True
+        if self.end_next is not None:
+            self._check_complete()
+        if self.end_next == self.cursor and NEXT in names:
+            link = await self._get_object(NEXT)
+            turn = link.get("turn")
+            if turn is not None and not isinstance(turn, str):
+                raise CorruptObjectError(f"{self.prefix + NEXT!r} names no turn: {turn!r}")
+            self.next_turn = check_turn_id(turn) if turn is not None else None
+            self.done = True
+            self.progressed = True
+
+    def _check_complete(self) -> None:
+        assert self.end_next is not None
+        if self.cursor > self.end_next:
+            raise CorruptObjectError(
+                f"{self.prefix + END!r} says {self.end_next} events, but more are stored"
+            )
+        if self.cursor < self.end_next:
+            # end.json is written after every chunk below it: one listing may
+            # predate a chunk, two in a row may not.
+            self._short_listings += 1
+            if self._short_listings > 1:
+                raise CorruptObjectError(
+                    f"{self.prefix + END!r} says {self.end_next} events, "
+                    f"but only {self.cursor} are stored"
+                )
+
+    async def _get_object(self, name: str) -> dict[str, Any]:
+        key = self.prefix + name
+        return decode_json_object(await self.store.get(key), key)
+
+
+def _chunk(name: str) -> tuple[int, int, str] | None:
+    parsed = parse_chunk_name(name)
+    return None if parsed is None else (*parsed, name)
+
+
+def _int_field(value: dict[str, Any], field: str, key: str) -> int:
+    number = value.get(field)
+    if not isinstance(number, int) or isinstance(number, bool) or number < 0:
+        raise CorruptObjectError(f"stored object {key!r} has no valid {field!r}: {number!r}")
+    return number

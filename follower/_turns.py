@@ -1,0 +1,416 @@
+"""A step's turns: the task group that owns their followers, and their stored marks.
+
+This is the one module that owns tasks. A turn's block opens a task group; its
+follower runs in it and never raises into it; the block's exit decides, from
+how the body ended, whether to drain (returned) or cancel at once (raised or
+cancelled), then writes the end mark and links, shielded and bounded, so that
+no outcome of the step is replaced and no follower outlives the block.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx
+
+from ._chunks import JSON, LiveTrajectoryChunks
+from ._errors import ObjectExistsError, TurnStateError
+from ._follow import follow_trajectory
+from ._http import DEFAULT_MAX_PAGE_BYTES, DEFAULT_READ_TIMEOUT_SECONDS, leased_client
+from ._keys import check_prefix, check_turn_id
+from ._layout import NEXT, encode_json, turn_prefix
+from ._stores import ObjectStore
+from ._wire import TrajectoryState
+
+logger = logging.getLogger("follower")
+
+CLEANUP_WRITE_SECONDS = 5.0
+CLEANUP_SECONDS = 10.0
+DEFAULT_DRAIN_SECONDS = 60.0
+
+
+def is_cancellation(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is the backend's cancel (or a group of nothing else)."""
+    cancelled = anyio.get_cancelled_exc_class()
+    if isinstance(exc, BaseExceptionGroup):
+        return all(is_cancellation(e) for e in exc.exceptions)
+    return isinstance(exc, cancelled)
+
+
+async def _bounded(what: str, write: Callable[[], Awaitable[None]]) -> bool:
+    """Run one cleanup write within its bound; log, never raise, if it fails."""
+    with anyio.move_on_after(CLEANUP_WRITE_SECONDS) as scope:
+        try:
+            await write()
+        except ObjectExistsError:
+            return True
+        except Exception:
+            logger.exception("%s failed", what)
+            return False
+        return True
+    if scope.cancelled_caught:
+        logger.error("%s did not finish within %s s", what, CLEANUP_WRITE_SECONDS)
+    return False
+
+
+async def write_next_turn(
+    store: ObjectStore, prefix_key: str, turn_id: str, next_turn_id: str | None
+) -> None:
+    """Write ``turn_id``'s ``next.json``: the turn after it, or null after the last."""
+    key = turn_prefix(prefix_key, turn_id) + NEXT
+    await store.put(key, encode_json({"turn": next_turn_id}), content_type=JSON)
+
+
+class LiveTurn:
+    """One turn of a step, yielded by :func:`following_live_trajectory`.
+
+    Call :meth:`follow` once the task exists, and :meth:`ended` with the state
+    the task ended in.
+    """
+
+    def __init__(self, block: _TurnBlock) -> None:
+        self._block = block
+
+    @property
+    def turn_id(self) -> str:
+        return self._block.turn_id
+
+    @property
+    def task_id(self) -> str | None:
+        """The task this turn follows, once :meth:`follow` was called."""
+        return self._block.task_id
+
+    def follow(self, task_id: str) -> None:
+        """Start following ``task_id``'s live trajectory in the turn's task group.
+
+        One task per turn: a second call, or a call after the block ended,
+        raises :class:`~follower.TurnStateError`.
+        """
+        self._block.follow(task_id)
+
+    def ended(self, state: str | TrajectoryState) -> None:
+        """Report the A2A state the task ended in (``completed``, ``canceled``, ...)."""
+        self._block.reported_state = TrajectoryState.from_task_state(state)
+
+
+class _TurnBlock:
+    """The async context manager behind :func:`following_live_trajectory`."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        store: ObjectStore,
+        prefix_key: str,
+        turn_id: str,
+        *,
+        poll_interval_seconds: float,
+        previous_turn_id: str | Callable[[], str | None] | None,
+        drain_seconds: float,
+        client: httpx.AsyncClient | None,
+        read_timeout_seconds: float,
+        max_page_bytes: int,
+        on_follow: Callable[[str], None] | None = None,
+    ) -> None:
+        if poll_interval_seconds <= 0:
+            raise ValueError("poll_interval_seconds must be positive")
+        if drain_seconds < 0:
+            raise ValueError("drain_seconds must be >= 0")
+        self.endpoint = endpoint
+        self.store = store
+        self.prefix_key = check_prefix(prefix_key)
+        self.turn_id = check_turn_id(turn_id)
+        self.task_id: str | None = None
+        self.reported_state: TrajectoryState | None = None
+        self._previous = previous_turn_id
+        self._linked_from: str | None = None
+        self._link_landed = False
+        self._poll = poll_interval_seconds
+        self._drain_seconds = drain_seconds
+        self._client = client
+        self._read_timeout_seconds = read_timeout_seconds
+        self._max_page_bytes = max_page_bytes
+        self._on_follow = on_follow
+        self._sink = LiveTrajectoryChunks(store, prefix_key, turn_id)
+        self._stop = anyio.Event()
+        self._follower_done = anyio.Event()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._closed = False
+
+    # --- the body's side -------------------------------------------------------------
+
+    def follow(self, task_id: str) -> None:
+        if self._tg is None or self._closed:
+            raise TurnStateError(f"turn {self.turn_id!r}: follow() after the turn's block ended")
+        if self.task_id is not None:
+            raise TurnStateError(
+                f"turn {self.turn_id!r} already follows task {self.task_id!r}; one task per turn"
+            )
+        if not isinstance(task_id, str) or not task_id:
+            raise ValueError(f"task_id must be a non-empty string, not {task_id!r}")
+        self.task_id = task_id
+        previous = self._previous() if callable(self._previous) else self._previous
+        if self._on_follow is not None:
+            self._on_follow(self.turn_id)
+        self._tg.start_soon(self._run_follower, task_id, name=f"follower {self.turn_id}")
+        if previous is not None and previous != self.turn_id:
+            self._linked_from = previous
+            self._tg.start_soon(self._link_from_previous, name=f"link {previous} -> {self.turn_id}")
+
+    async def _run_follower(self, task_id: str) -> None:
+        try:
+            await follow_trajectory(
+                self.endpoint,
+                task_id,
+                self._sink,
+                poll_interval_seconds=self._poll,
+                stop=self._stop,
+                client=self._client,
+                read_timeout_seconds=self._read_timeout_seconds,
+                max_page_bytes=self._max_page_bytes,
+            )
+        except Exception:
+            # A follower's failure is the turn's to log, never to raise: the step goes on.
+            logger.exception("turn %s: following task %s failed", self.turn_id, task_id)
+        finally:
+            self._follower_done.set()
+
+    async def _link_from_previous(self) -> None:
+        with anyio.CancelScope(shield=True):
+            await self._write_link()
+
+    async def _write_link(self) -> None:
+        previous = self._linked_from
+        assert previous is not None
+        what = f"turn {previous}: linking to turn {self.turn_id}"
+        landed = await _bounded(
+            what, lambda: write_next_turn(self.store, self.prefix_key, previous, self.turn_id)
+        )
+        self._link_landed = self._link_landed or landed
+
+    # --- the block ------------------------------------------------------------------
+
+    async def __aenter__(self) -> LiveTurn:
+        if self._tg is not None:
+            raise TurnStateError(f"turn {self.turn_id!r}: its block can be entered once")
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return LiveTurn(self)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        self._closed = True
+        try:
+            if exc is None:
+                await self._drain()
+        except BaseException as during_drain:
+            # A cancel (or interrupt) of the step while its followers drain.
+            await self._close(during_drain)
+            raise
+        await self._close(exc)
+        # False: the body's own exception (if any) goes on as itself, traceback intact.
+        return False
+
+    async def _drain(self) -> None:
+        self._stop.set()
+        if self.task_id is not None:
+            with anyio.move_on_after(self._drain_seconds):
+                await self._follower_done.wait()
+
+    async def _close(self, exc: BaseException | None) -> None:
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()
+        try:
+            await self._exit_group(exc)
+        finally:
+            await self._cleanup(exc)
+
+    async def _exit_group(self, exc: BaseException | None) -> None:
+        """Exit the task group; unwrap exactly the body's exception and cancels."""
+        assert self._tg is not None
+        cancelled = anyio.get_cancelled_exc_class()
+        try:
+            await self._tg.__aexit__(
+                type(exc) if exc else None, exc, exc.__traceback__ if exc else None
+            )
+        except BaseExceptionGroup as group:
+            # Followers never raise into the group, so it can only hold the body's
+            # exception and cancels. Anything else is a bug: never hide it.
+            _, rest = group.split(lambda e: e is exc or isinstance(e, cancelled))
+            if rest is not None:
+                raise
+            if exc is None:
+                raise _first_leaf(group) from None
+        except BaseException as raised:
+            if raised is not exc and not (isinstance(raised, cancelled) and is_cancellation(exc)):
+                raise
+
+    async def _cleanup(self, exc: BaseException | None) -> None:
+        with anyio.move_on_after(CLEANUP_SECONDS, shield=True):
+            if self.task_id is not None:
+                state = self._end_state(exc)
+                await _bounded(f"turn {self.turn_id}: end mark", lambda: self._sink.end(state))
+            if self._linked_from is not None and not self._link_landed:
+                await self._write_link()
+
+    def _end_state(self, exc: BaseException | None) -> TrajectoryState:
+        if self._sink.final_state is not None:
+            return self._sink.final_state
+        if self.reported_state is not None:
+            return self.reported_state
+        if exc is not None and is_cancellation(exc):
+            return TrajectoryState.CANCELED
+        return TrajectoryState.FAILED
+
+
+def _first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+def following_live_trajectory(
+    endpoint: str,
+    store: ObjectStore,
+    prefix_key: str,
+    turn_id: str,
+    *,
+    poll_interval_seconds: float,
+    previous_turn_id: str | None = None,
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS,
+    client: httpx.AsyncClient | None = None,
+    read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
+    max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+) -> _TurnBlock:
+    """Follow one turn's live trajectory for the duration of an ``async with`` block.
+
+    Yields a :class:`LiveTurn`. When the body returns, the follower drains for at
+    most ``drain_seconds``; when it raises or is cancelled, the follower is
+    cancelled at once and the body's exception or cancel comes out as itself.
+    Either way the turn's end mark (and the link from ``previous_turn_id``) is
+    written, shielded and bounded.
+    """
+    return _TurnBlock(
+        endpoint,
+        store,
+        prefix_key,
+        turn_id,
+        poll_interval_seconds=poll_interval_seconds,
+        previous_turn_id=previous_turn_id,
+        drain_seconds=drain_seconds,
+        client=client,
+        read_timeout_seconds=read_timeout_seconds,
+        max_page_bytes=max_page_bytes,
+    )
+
+
+class LiveTurns:
+    """A step's turns, linked in order: ``following(turn_id)`` for each, ``end()`` after.
+
+    "Previous" is the last turn that followed a task: when a turn calls
+    ``follow()``, the previous one's ``next.json`` is written to name it. As
+    ``async with LiveTurns(...) as turns:``, the exit marks the last turn and
+    releases the client the turns share, whatever ended the step.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        store: ObjectStore,
+        prefix_key: str,
+        *,
+        poll_interval_seconds: float,
+        drain_seconds: float = DEFAULT_DRAIN_SECONDS,
+        client: httpx.AsyncClient | None = None,
+        read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
+        max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+    ) -> None:
+        if poll_interval_seconds <= 0:
+            raise ValueError("poll_interval_seconds must be positive")
+        self.endpoint = endpoint
+        self.store = store
+        self.prefix_key = check_prefix(prefix_key)
+        self._poll = poll_interval_seconds
+        self._drain_seconds = drain_seconds
+        self._client = client
+        self._read_timeout_seconds = read_timeout_seconds
+        self._max_page_bytes = max_page_bytes
+        self._last_followed: str | None = None
+        self._turn_ids: set[str] = set()
+        self._ended = False
+        self._resources: AsyncExitStack | None = None
+
+    @property
+    def last_followed_turn_id(self) -> str | None:
+        return self._last_followed
+
+    def following(self, turn_id: str) -> _TurnBlock:
+        """The block of the next turn; yields a :class:`LiveTurn`."""
+        if self._ended:
+            raise TurnStateError("these turns have ended; no more turns can follow")
+        if turn_id in self._turn_ids:
+            raise TurnStateError(f"turn {turn_id!r} was already used in this step")
+        block = _TurnBlock(
+            self.endpoint,
+            self.store,
+            self.prefix_key,
+            turn_id,
+            poll_interval_seconds=self._poll,
+            previous_turn_id=lambda: self._last_followed,
+            drain_seconds=self._drain_seconds,
+            client=self._client,
+            read_timeout_seconds=self._read_timeout_seconds,
+            max_page_bytes=self._max_page_bytes,
+            on_follow=self._followed,
+        )
+        self._turn_ids.add(turn_id)
+        return block
+
+    def _followed(self, turn_id: str) -> None:
+        self._last_followed = turn_id
+
+    async def end(self) -> None:
+        """Mark the last followed turn as the step's last: its ``next.json`` is null."""
+        if self._ended:
+            return
+        self._ended = True
+        last = self._last_followed
+        if last is None:
+            return
+        with anyio.CancelScope(shield=True):
+            await _bounded(
+                f"turn {last}: marking it last",
+                lambda: write_next_turn(self.store, self.prefix_key, last, None),
+            )
+
+    async def __aenter__(self) -> LiveTurns:
+        if self._resources is not None:
+            raise TurnStateError("LiveTurns can be entered once")
+        async with AsyncExitStack() as stack:
+            if self._client is None:
+                # One client for all of this step's turns, leased from the loop's shared pool.
+                self._client = await stack.enter_async_context(leased_client(None))
+            self._resources = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        try:
+            await self.end()
+        finally:
+            assert self._resources is not None
+            with anyio.CancelScope(shield=True):
+                await self._resources.aclose()
+        return False
