@@ -10,7 +10,7 @@ from __future__ import annotations
 import ssl
 import threading
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 
 import anyio
 import anyio.lowlevel
@@ -52,10 +52,15 @@ async def read_page(
     ``read_timeout_seconds``, except the wait for a pooled connection. The body is
     streamed and refused as soon as it passes ``max_page_bytes``.
     """
-    request = {"task_id": task_id, "after": after}
-    timeout = httpx.Timeout(read_timeout_seconds)
+    request = client.build_request(
+        "POST",
+        endpoint,
+        json={"task_id": task_id, "after": after},
+        timeout=httpx.Timeout(read_timeout_seconds),
+    )
+    request.stream = _BodyStream(request.read())
     try:
-        async with client.stream("POST", endpoint, json=request, timeout=timeout) as response:
+        async with _sent(client, request) as response:
             # A connection is ours from here: bound the rest of the read as a whole,
             # so an agent dripping bytes cannot hold it past the read timeout.
             with anyio.fail_after(read_timeout_seconds):
@@ -81,20 +86,60 @@ async def read_page(
     return Page.from_json(body, task_id=task_id, after=after)
 
 
+@asynccontextmanager
+async def _sent(client: httpx.AsyncClient, request: httpx.Request) -> AsyncIterator[httpx.Response]:
+    response = await client.send(request, stream=True)
+    try:
+        yield response
+    finally:
+        await response.aclose()
+
+
+class _BodyStream(httpx.AsyncByteStream):
+    """A request body that is an iterator, not an async generator.
+
+    httpx's own body is an async generator; when the agent drops the connection
+    mid-request it is left unexhausted and garbage-collected, which trio reports
+    as a ResourceWarning on every failed read.
+    """
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return _Once(self._body)
+
+
+class _Once:
+    def __init__(self, chunk: bytes) -> None:
+        self._chunk: bytes | None = chunk
+
+    def __aiter__(self) -> _Once:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._chunk is None:
+            raise StopAsyncIteration
+        chunk, self._chunk = self._chunk, None
+        return chunk
+
+
 async def _read_capped(response: httpx.Response, limit: int, *, cut: bool = False) -> bytes:
     declared = response.headers.get("content-length")
     if not cut and declared is not None and declared.isdigit() and int(declared) > limit:
         raise PageTooLargeError(f"page of {declared} bytes is over the {limit}-byte cap")
     parts: list[bytes] = []
     size = 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > limit:
-            if cut:
-                parts.append(chunk[: limit - (size - len(chunk))])
-                break
-            raise PageTooLargeError(f"page is over the {limit}-byte cap; not loaded")
-        parts.append(chunk)
+    # aclosing: a body left half-read must not be finalised by the garbage collector.
+    async with aclosing(response.aiter_bytes()) as chunks:
+        async for chunk in chunks:
+            size += len(chunk)
+            if size > limit:
+                if cut:
+                    parts.append(chunk[: limit - (size - len(chunk))])
+                    break
+                raise PageTooLargeError(f"page is over the {limit}-byte cap; not loaded")
+            parts.append(chunk)
     return b"".join(parts)
 
 

@@ -70,7 +70,7 @@ class TrajectoryBatch:
     """
 
     after: int = attrs.field(validator=attrs.validators.ge(0))
-    next: int
+    next: int = attrs.field()
     events: tuple[Any, ...] = attrs.field(converter=_events_tuple)
     format: str | None
     state: TrajectoryState

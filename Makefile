@@ -1,0 +1,11 @@
+# Each target does its own set-up: virtual environments live in .venvs/<X.Y>.
+.PHONY: test lint demo stress clean
+
+test:  ## lint, types, and the suite on Python 3.11, 3.12 and 3.13, asyncio and trio
+	@tools/test
+
+lint:  ## ruff (with ASYNC rules) and mypy --strict
+	@tools/lint
+
+clean:
+	rm -rf .venvs .pytest_cache .mypy_cache .ruff_cache .hypothesis
