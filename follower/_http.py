@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import ssl
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
+from typing import cast
 
 import anyio
 import anyio.lowlevel
@@ -131,7 +132,7 @@ async def _read_capped(response: httpx.Response, limit: int, *, cut: bool = Fals
     parts: list[bytes] = []
     size = 0
     # aclosing: a body left half-read must not be finalised by the garbage collector.
-    async with aclosing(response.aiter_bytes()) as chunks:
+    async with aclosing(cast(AsyncGenerator[bytes], response.aiter_bytes())) as chunks:
         async for chunk in chunks:
             size += len(chunk)
             if size > limit:
