@@ -13,7 +13,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Any
 
 import anyio
 import anyio.abc
@@ -244,12 +243,15 @@ class _TurnBlock:
             )
         except BaseExceptionGroup as group:
             # Followers never raise into the group, so it can only hold the body's
-            # exception and cancels. Anything else is a bug: never hide it.
-            _, rest = group.split(lambda e: e is exc or isinstance(e, cancelled))
-            if rest is not None:
+            # exception and cancels. Anything else is a bug: never hide it. (Compare
+            # leaves: a backend may rebuild the body's own group around them.)
+            body_leaves = {id(leaf) for leaf in _leaves(exc)}
+            if not all(
+                id(leaf) in body_leaves or isinstance(leaf, cancelled) for leaf in _leaves(group)
+            ):
                 raise
             if exc is None:
-                raise _first_leaf(group) from None
+                raise _leaves(group)[0] from None
         except BaseException as raised:
             if raised is not exc and not (isinstance(raised, cancelled) and is_cancellation(exc)):
                 raise
@@ -272,9 +274,12 @@ class _TurnBlock:
         return TrajectoryState.FAILED
 
 
-def _first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:
-    first = group.exceptions[0]
-    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+def _leaves(exc: BaseException | None) -> list[BaseException]:
+    if exc is None:
+        return []
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 def following_live_trajectory(
