@@ -1,0 +1,437 @@
+"""The write-once stores (DESIGN §4 `ObjectStore`, `FilesystemStore`, `MemoryStore`).
+
+Every store: put/get/list round-trip, sorted prefix listings, write-once with
+exactly one winner among racing writers, typed errors for missing objects and bad
+keys. The filesystem store also never shows half an object, never reaches outside
+its root, and turns OS failures into :class:`follower.StoreError`.
+
+These run in real time on the default backends: the filesystem store works in
+worker threads, which virtual clocks would time out.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import follower
+from follower import (
+    FilesystemStore,
+    FollowerError,
+    InvalidKeyError,
+    MemoryStore,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    ObjectStore,
+    StoreError,
+)
+
+pytestmark = pytest.mark.anyio
+
+JSON = "application/json"
+TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{32}\.tmp")
+
+BAD_KEYS = [
+    pytest.param("", id="empty"),
+    pytest.param("/a", id="leading-slash"),
+    pytest.param("a/", id="trailing-slash"),
+    pytest.param("a//b", id="empty-segment"),
+    pytest.param("./a", id="dot"),
+    pytest.param("a/../b", id="dotdot"),
+    pytest.param("..", id="dotdot-alone"),
+    pytest.param("a\\b", id="backslash"),
+    pytest.param("a\x00b", id="nul"),
+    pytest.param("a\nb", id="newline"),
+    pytest.param("a\x7fb", id="del"),
+]
+
+BAD_LIST_PREFIXES = [
+    pytest.param("/", id="slash-only"),
+    pytest.param("/a", id="leading-slash"),
+    pytest.param("a//", id="empty-segment"),
+    pytest.param("./", id="dot"),
+    pytest.param("../a", id="dotdot"),
+    pytest.param("a/../", id="dotdot-inside"),
+    pytest.param("a\\", id="backslash"),
+    pytest.param("a\x00", id="nul"),
+]
+
+
+@pytest.fixture(params=["memory", "filesystem-path", "filesystem-str"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
+    if request.param == "memory":
+        return MemoryStore()
+    root = tmp_path / "store"
+    return FilesystemStore(root if request.param == "filesystem-path" else str(root))
+
+
+def files_under(root: Path) -> list[str]:
+    """Every file under ``root``, temporary or not, as a sorted list of relative paths."""
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if not p.is_dir())
+
+
+# --- every store ----------------------------------------------------------------------
+
+
+async def test_the_store_satisfies_the_protocol(store: ObjectStore) -> None:
+    assert isinstance(store, follower.ObjectStore)
+
+
+async def test_put_then_get_returns_the_body(store: ObjectStore) -> None:
+    with anyio.fail_after(10):
+        every_byte = bytes(range(256))
+        await store.put("steps/s1/body.bin", every_byte, content_type="application/octet-stream")
+        await store.put("empty", b"", content_type=JSON)
+        assert await store.get("steps/s1/body.bin") == every_byte
+        assert await store.get("empty") == b""
+
+
+async def test_list_is_sorted_whatever_the_write_order(store: ObjectStore) -> None:
+    with anyio.fail_after(10):
+        # "a/b-c" < "a/b.c" < "a/b/c" as strings, though a folder walk meets "a/b/" first.
+        keys = ["z", "a/b/c", "a/b-c", "a/b.c", "a/b/a/x", "b", "a/a", "a/b0"]
+        for key in keys:
+            await store.put(key, key.encode(), content_type=JSON)
+        assert await store.list("") == sorted(keys)
+
+
+async def test_list_filters_by_prefix_even_one_that_is_not_a_folder(store: ObjectStore) -> None:
+    with anyio.fail_after(10):
+        keys = ["a/bc", "a/b/c", "a/bd/e", "a/c", "ab", "b/a"]
+        for key in keys:
+            await store.put(key, b"x", content_type=JSON)
+        assert await store.list("a/b") == ["a/b/c", "a/bc", "a/bd/e"]
+        assert await store.list("a/b/") == ["a/b/c"]
+        assert await store.list("a/bc") == ["a/bc"]
+        assert await store.list("a/") == ["a/b/c", "a/bc", "a/bd/e", "a/c"]
+        assert await store.list("a") == ["a/b/c", "a/bc", "a/bd/e", "a/c", "ab"]
+        assert await store.list("") == sorted(keys)
+        assert await store.list("zzz") == []
+        assert await store.list("nowhere/deep/") == []
+
+
+async def test_list_of_an_empty_store_is_empty(store: ObjectStore) -> None:
+    with anyio.fail_after(10):
+        assert await store.list("") == []
+
+
+async def test_a_second_put_is_refused_and_the_first_body_stays(store: ObjectStore) -> None:
+    with anyio.fail_after(10):
+        await store.put("once", b"first", content_type=JSON)
+        with pytest.raises(ObjectExistsError):
+            await store.put("once", b"second", content_type=JSON)
+        with pytest.raises(ObjectExistsError):
+            await store.put("once", b"first", content_type=JSON)
+        assert await store.get("once") == b"first"
+        assert await store.list("") == ["once"]
+
+
+async def test_get_of_a_missing_key_raises_object_not_found(store: ObjectStore) -> None:
+    with anyio.fail_after(10):
+        await store.put("a/b", b"x", content_type=JSON)
+        for missing in ["nothing", "a/c", "a", "a/b/c", "x/y/z"]:
+            with pytest.raises(ObjectNotFoundError):
+                await store.get(missing)
+
+
+@pytest.mark.parametrize("key", BAD_KEYS)
+async def test_put_refuses_bad_keys_and_writes_nothing(store: ObjectStore, key: str) -> None:
+    with anyio.fail_after(10):
+        with pytest.raises(InvalidKeyError):
+            await store.put(key, b"x", content_type=JSON)
+        assert await store.list("") == []
+
+
+@pytest.mark.parametrize("key", BAD_KEYS)
+async def test_get_refuses_bad_keys(store: ObjectStore, key: str) -> None:
+    with anyio.fail_after(10):
+        await store.put("a/b", b"x", content_type=JSON)
+        with pytest.raises(InvalidKeyError):
+            await store.get(key)
+
+
+@pytest.mark.parametrize("prefix", BAD_LIST_PREFIXES)
+async def test_list_refuses_bad_prefixes(store: ObjectStore, prefix: str) -> None:
+    with anyio.fail_after(10):
+        await store.put("a/b", b"x", content_type=JSON)
+        with pytest.raises(InvalidKeyError):
+            await store.list(prefix)
+
+
+def racer_body(writer: int) -> bytes:
+    return f"writer {writer} ".encode() * 4096
+
+
+async def race(store: ObjectStore, key: str, writers: int) -> dict[int, str]:
+    """Start ``writers`` puts of one key at once; return each writer's outcome."""
+    outcomes: dict[int, str] = {}
+    go = anyio.Event()
+
+    async def write(writer: int) -> None:
+        await go.wait()
+        try:
+            await store.put(key, racer_body(writer), content_type=JSON)
+        except ObjectExistsError:
+            outcomes[writer] = "refused"
+        else:
+            outcomes[writer] = "won"
+
+    async with anyio.create_task_group() as tg:
+        for writer in range(writers):
+            tg.start_soon(write, writer)
+        go.set()
+    return outcomes
+
+
+async def test_exactly_one_of_many_concurrent_writers_wins(store: ObjectStore) -> None:
+    with anyio.fail_after(10):
+        for round_ in range(5):
+            key = f"race/{round_}/key"
+            outcomes = await race(store, key, 16)
+            assert len(outcomes) == 16
+            winners = [writer for writer, outcome in outcomes.items() if outcome == "won"]
+            assert len(winners) == 1, outcomes
+            assert await store.get(key) == racer_body(winners[0])
+            assert await store.list(f"race/{round_}/") == [key]
+
+
+# --- the memory store -----------------------------------------------------------------
+
+
+async def test_the_memory_store_remembers_the_content_type() -> None:
+    with anyio.fail_after(10):
+        store = MemoryStore()
+        await store.put("a.jsonl", b"1\n", content_type="application/jsonl")
+        assert store.content_type("a.jsonl") == "application/jsonl"
+        with pytest.raises(ObjectNotFoundError):
+            store.content_type("b.jsonl")
+
+
+# --- the filesystem store -------------------------------------------------------------
+
+
+async def test_each_object_is_a_file_under_the_root(tmp_path: Path) -> None:
+    with anyio.fail_after(10):
+        store = FilesystemStore(tmp_path)
+        await store.put("steps/s1/end.json", b'{"next":0}', content_type=JSON)
+        assert (tmp_path / "steps" / "s1" / "end.json").read_bytes() == b'{"next":0}'
+        assert files_under(tmp_path) == ["steps/s1/end.json"]
+
+
+def test_the_root_is_resolved_whether_given_as_str_or_path(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "alias").symlink_to(tmp_path / "real")
+    assert FilesystemStore(tmp_path / "alias").root == (tmp_path / "real").resolve()
+    assert FilesystemStore(str(tmp_path / "alias")).root == (tmp_path / "real").resolve()
+
+
+async def test_a_store_whose_root_is_a_symlink_works(tmp_path: Path) -> None:
+    with anyio.fail_after(10):
+        (tmp_path / "real").mkdir()
+        (tmp_path / "alias").symlink_to(tmp_path / "real")
+        store = FilesystemStore(tmp_path / "alias")
+        await store.put("a/b", b"x", content_type=JSON)
+        assert await store.get("a/b") == b"x"
+        assert await store.list("") == ["a/b"]
+        assert (tmp_path / "real" / "a" / "b").read_bytes() == b"x"
+
+
+async def test_a_missing_root_is_created_on_the_first_put(tmp_path: Path) -> None:
+    with anyio.fail_after(10):
+        store = FilesystemStore(tmp_path / "not" / "yet")
+        assert await store.list("") == []
+        with pytest.raises(ObjectNotFoundError):
+            await store.get("a")
+        await store.put("a", b"x", content_type=JSON)
+        assert await store.get("a") == b"x"
+
+
+async def test_racing_writers_leave_no_temporary_file_behind(tmp_path: Path) -> None:
+    with anyio.fail_after(10):
+        outcomes = await race(FilesystemStore(tmp_path), "race/key", 16)
+        assert sorted(outcomes.values()) == ["refused"] * 15 + ["won"]
+        assert files_under(tmp_path) == ["race/key"]
+
+
+async def test_readers_never_see_half_an_object(tmp_path: Path) -> None:
+    with anyio.fail_after(10):
+        store = FilesystemStore(tmp_path)
+        bodies = {f"big/{n}": bytes([n + 1]) * (4 * 1024 * 1024) for n in range(8)}
+        writing = True
+        looks = 0
+
+        async def write_all() -> None:
+            nonlocal writing
+            try:
+                for key, body in bodies.items():
+                    await store.put(key, body, content_type="application/octet-stream")
+            finally:
+                writing = False
+
+        async def look_while_writing() -> None:
+            nonlocal looks
+            whole: set[str] = set()  # write-once: a key seen whole stays whole
+            while writing:
+                listed = await store.list("")
+                # Temporary files exist for the whole of each write: a listing
+                # that showed them would show a key nobody wrote.
+                assert set(listed) <= set(bodies), listed
+                for key in sorted(set(bodies) - whole):
+                    try:
+                        seen = await store.get(key)
+                    except ObjectNotFoundError:
+                        assert key not in listed
+                    else:
+                        assert seen == bodies[key], f"{key}: {len(seen)} of {len(bodies[key])}"
+                        whole.add(key)
+                looks += 1
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(look_while_writing)
+            tg.start_soon(write_all)
+
+        assert looks > 0
+        assert await store.list("") == sorted(bodies)
+        assert files_under(tmp_path) == sorted(bodies)
+
+
+async def test_temporary_files_are_neither_listed_nor_readable_as_keys(tmp_path: Path) -> None:
+    with anyio.fail_after(10):
+        store = FilesystemStore(tmp_path)
+        await store.put("turn/end.json", b"{}", content_type=JSON)
+        temp_name = ".next.json.0123456789abcdef0123456789abcdef.tmp"
+        assert TEMP_NAME.fullmatch(temp_name)
+        (tmp_path / "turn" / temp_name).write_bytes(b'{"tu')
+        assert await store.list("") == ["turn/end.json"]
+        assert await store.list("turn/.") == []
+        with pytest.raises(InvalidKeyError):
+            await store.get(f"turn/{temp_name}")
+        with pytest.raises(InvalidKeyError):
+            await store.put(f"turn/{temp_name}", b"x", content_type=JSON)
+
+
+@pytest.fixture
+def escape(tmp_path: Path) -> tuple[FilesystemStore, Path]:
+    """A store whose root holds ``link`` -> a folder outside it, and ``secret`` -> a file."""
+    root = tmp_path / "root"
+    outside = tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "secret.txt").write_bytes(b"secret")
+    (root / "link").symlink_to(outside, target_is_directory=True)
+    (root / "secret").symlink_to(outside / "secret.txt")
+    return FilesystemStore(root), outside
+
+
+@pytest.mark.parametrize("key", ["link/new", "link/secret.txt", "link/sub/new", "link/a/b/c"])
+async def test_put_through_a_symlink_out_of_the_root_is_refused_and_writes_nothing(
+    escape: tuple[FilesystemStore, Path], key: str
+) -> None:
+    with anyio.fail_after(10):
+        store, outside = escape
+        with pytest.raises(InvalidKeyError):
+            await store.put(key, b"written", content_type=JSON)
+        # Nothing outside the root: no file, and no folder either.
+        assert sorted(p.relative_to(outside).as_posix() for p in outside.rglob("*")) == [
+            "secret.txt"
+        ]
+        assert (outside / "secret.txt").read_bytes() == b"secret"
+
+
+@pytest.mark.parametrize("key", ["link/secret.txt", "secret"])
+async def test_get_through_a_symlink_out_of_the_root_is_refused(
+    escape: tuple[FilesystemStore, Path], key: str
+) -> None:
+    with anyio.fail_after(10):
+        store, _outside = escape
+        with pytest.raises(InvalidKeyError):
+            await store.get(key)
+
+
+async def test_put_onto_a_symlink_to_a_file_outside_leaves_that_file_alone(
+    escape: tuple[FilesystemStore, Path],
+) -> None:
+    with anyio.fail_after(10):
+        store, outside = escape
+        with pytest.raises((InvalidKeyError, ObjectExistsError)):
+            await store.put("secret", b"written", content_type=JSON)
+        assert (outside / "secret.txt").read_bytes() == b"secret"
+
+
+async def test_list_does_not_reach_through_a_symlink_out_of_the_root(
+    escape: tuple[FilesystemStore, Path],
+) -> None:
+    with anyio.fail_after(10):
+        store, _outside = escape
+        assert await store.list("link/") == []
+        assert "link/secret.txt" not in await store.list("")
+        assert "link/secret.txt" not in await store.list("link")
+
+
+async def test_a_root_that_is_a_regular_file_gives_store_errors(tmp_path: Path) -> None:
+    with anyio.fail_after(10):
+        root = tmp_path / "a-file"
+        root.write_bytes(b"not a folder")
+        store = FilesystemStore(root)
+        with pytest.raises(StoreError) as caught:
+            await store.put("k", b"x", content_type=JSON)
+        # The key is not taken: the store failed.
+        assert not isinstance(caught.value, ObjectExistsError)
+        assert isinstance(caught.value.__cause__, OSError)
+        with pytest.raises(StoreError):
+            await store.get("k")
+        assert root.read_bytes() == b"not a folder"
+
+
+async def test_a_name_too_long_for_the_filesystem_gives_store_errors(tmp_path: Path) -> None:
+    with anyio.fail_after(10):
+        store = FilesystemStore(tmp_path)
+        key = "a/" + "x" * 300
+        with pytest.raises(StoreError) as caught:
+            await store.put(key, b"x", content_type=JSON)
+        assert not isinstance(caught.value, ObjectExistsError)
+        assert isinstance(caught.value.__cause__, OSError)
+        with pytest.raises(StoreError):
+            await store.get(key)
+        with pytest.raises(StoreError):
+            await store.list(key + "/")
+
+
+async def test_a_key_no_file_name_can_hold_gives_a_typed_error(tmp_path: Path) -> None:
+    # A lone surrogate passes the key rules, but cannot be encoded as a file name.
+    with anyio.fail_after(10):
+        store = FilesystemStore(tmp_path)
+        with pytest.raises(FollowerError):
+            await store.put("a\ud800", b"x", content_type=JSON)
+        with pytest.raises(FollowerError):
+            await store.get("a\ud800")
+
+
+# --- any valid key, on every store ----------------------------------------------------
+
+segments = st.text(
+    alphabet=st.characters(exclude_characters="/\\", exclude_categories=("Cc", "Cs")),
+    min_size=1,
+    max_size=16,
+).filter(lambda segment: segment not in (".", "..") and not TEMP_NAME.fullmatch(segment))
+keys = st.lists(segments, min_size=1, max_size=4).map("/".join)
+
+
+@settings(max_examples=40, deadline=None)
+@given(key=keys, body=st.binary(max_size=64))
+async def test_any_valid_key_round_trips_on_every_store(key: str, body: bytes) -> None:
+    with anyio.fail_after(10):
+        with tempfile.TemporaryDirectory() as root:
+            for store in (MemoryStore(), FilesystemStore(root)):
+                await store.put(key, body, content_type=JSON)
+                assert await store.get(key) == body
+                assert await store.list("") == [key]
+                assert await store.list(key) == [key]
+                with pytest.raises(ObjectExistsError):
+                    await store.put(key, b"again", content_type=JSON)
