@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,7 +19,7 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 # A relative endpoint must start like a path segment: '@', '.', ':' and friends
 # could turn "origin + endpoint" into another host in a naive join.
 _RELATIVE_ENDPOINT = re.compile(r"[A-Za-z0-9_~-]")
-_FORBIDDEN_CHARS = re.compile(r"[\x00-\x20\x7f\\]")
+_ABSOLUTE_ENDPOINT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def live_trajectory_endpoint(card: Mapping[str, Any], a2a_url: str) -> str | None:
@@ -106,29 +107,41 @@ def _origin(url: str) -> tuple[str, str, int] | None:
     try:
         parts = urlsplit(url)
         port = parts.port
-    except ValueError:
+        hostname = parts.hostname
+    except ValueError:  # a bad port, an unbalanced IPv6 bracket, an NFKC-unsafe host...
         return None
     scheme = parts.scheme.lower()
-    if scheme not in _DEFAULT_PORTS or not parts.hostname or parts.username or parts.password:
+    if scheme not in _DEFAULT_PORTS or not hostname or parts.username or parts.password:
         return None
-    return scheme, parts.hostname.lower(), port or _DEFAULT_PORTS[scheme]
+    return scheme, hostname.lower(), port or _DEFAULT_PORTS[scheme]
 
 
 def _resolve_on_origin(endpoint: str, a2a_url: str) -> str | None:
     origin = _origin(a2a_url)
-    if origin is None or _FORBIDDEN_CHARS.search(endpoint):
+    if origin is None or not _printable(endpoint):
         return None
     base = urlsplit(a2a_url)
     root = f"{base.scheme}://{base.netloc}"
-    if "://" in endpoint:
-        url = endpoint
-    elif endpoint.startswith("/") and not endpoint.startswith("//"):
+    if endpoint.startswith("/") and not endpoint.startswith("//"):
         url = root + endpoint
     elif _RELATIVE_ENDPOINT.match(endpoint) and ":" not in endpoint.split("/", 1)[0]:
         url = root + base.path.rstrip("/") + "/" + endpoint
+    elif _ABSOLUTE_ENDPOINT.match(endpoint):
+        url = endpoint
     else:
         return None
-    parts = urlsplit(url)
-    if any(segment in (".", "..") for segment in parts.path.split("/")):
+    try:
+        path = urlsplit(url).path
+    except ValueError:  # e.g. an unbalanced IPv6 bracket
+        return None
+    if any(segment in (".", "..") for segment in path.split("/")):
         return None
     return url if _origin(url) == origin else None
+
+
+def _printable(text: str) -> bool:
+    """No whitespace, backslash or control/format character, ASCII or not."""
+    return not any(
+        c == "\\" or c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp", "Zs")
+        for c in text
+    )

@@ -215,7 +215,9 @@ class ClientPool:
             async with self._creating:
                 shard = self._free_shard()
                 if shard is None:
-                    context = _ssl_context or await anyio.to_thread.run_sync(_shared_ssl_context)
+                    context = _ssl_context
+                    if context is None:
+                        context = await anyio.to_thread.run_sync(_shared_ssl_context)
                     shard = _Shard(self._new_client(context))
                     self._shards.append(shard)
                 # Counted before the lock is released: a shard with no lease is closed.

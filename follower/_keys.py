@@ -6,7 +6,8 @@ import re
 
 from ._errors import InvalidKeyError
 
-_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
+# C0 and C1 control characters, and the backslash.
+_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\\]")
 
 
 def check_key(key: str) -> str:
@@ -59,3 +60,7 @@ def check_turn_id(turn_id: str) -> str:
 def _check_text(text: str, what: str) -> None:
     if _BAD_CHARS.search(text):
         raise InvalidKeyError(f"invalid {what} {text!r}: backslash or control character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidKeyError(f"invalid {what} {text!r}: not valid UTF-8") from None

@@ -19,7 +19,7 @@ from ._keys import check_prefix, check_turn_id
 META = "meta.json"
 END = "end.json"
 NEXT = "next.json"
-_CHUNK = re.compile(r"(\d{8,})-(\d{8,})\.jsonl")
+_CHUNK = re.compile(r"([0-9]{8,})-([0-9]{8,})\.jsonl")
 
 
 def turn_prefix(prefix_key: str, turn_id: str) -> str:

@@ -13,12 +13,14 @@ from typing import Any
 import anyio
 import attrs
 
-from ._errors import CorruptObjectError, ReaderIdleError
+from ._errors import CorruptObjectError, InvalidKeyError, ReaderIdleError
 from ._keys import check_prefix, check_turn_id
 from ._layout import END, NEXT, decode_events, decode_json_object, parse_chunk_name, turn_prefix
 from ._stores import ObjectStore
+from ._wire import TrajectoryState
 
 DEFAULT_READER_POLL_SECONDS = 1.0
+_TERMINAL_STATES = {s.value for s in TrajectoryState if s.is_terminal}
 
 
 @attrs.frozen
@@ -116,16 +118,12 @@ class _TurnReader:
             self.cursor = next_
             self.progressed = True
         if self.end_next is None and END in names:
-            self.end_next = _int_field(await self._get_object(END), "next", self.prefix + END)
+            self.end_next = _end_mark_next(await self._get_object(END), self.prefix + END)
             self.progressed = True
         if self.end_next is not None:
             self._check_complete()
         if self.end_next == self.cursor and NEXT in names:
-            link = await self._get_object(NEXT)
-            turn = link.get("turn")
-            if turn is not None and not isinstance(turn, str):
-                raise CorruptObjectError(f"{self.prefix + NEXT!r} names no turn: {turn!r}")
-            self.next_turn = check_turn_id(turn) if turn is not None else None
+            self.next_turn = _linked_turn(await self._get_object(NEXT), self.prefix + NEXT)
             self.done = True
             self.progressed = True
 
@@ -155,8 +153,25 @@ def _chunk(name: str) -> tuple[int, int, str] | None:
     return None if parsed is None else (*parsed, name)
 
 
-def _int_field(value: dict[str, Any], field: str, key: str) -> int:
-    number = value.get(field)
+def _end_mark_next(mark: dict[str, Any], key: str) -> int:
+    """The number of events an end mark says are stored; its state must be terminal."""
+    number = mark.get("next")
     if not isinstance(number, int) or isinstance(number, bool) or number < 0:
-        raise CorruptObjectError(f"stored object {key!r} has no valid {field!r}: {number!r}")
+        raise CorruptObjectError(f"stored object {key!r} has no valid 'next': {number!r}")
+    state = mark.get("state")
+    if state not in _TERMINAL_STATES:
+        raise CorruptObjectError(f"stored object {key!r} has no terminal 'state': {state!r}")
     return number
+
+
+def _linked_turn(link: dict[str, Any], key: str) -> str | None:
+    """The turn a ``next.json`` names, or ``None`` after the last turn."""
+    if "turn" not in link:
+        raise CorruptObjectError(f"stored object {key!r} has no 'turn' field")
+    turn = link["turn"]
+    if turn is None:
+        return None
+    try:
+        return check_turn_id(turn)
+    except InvalidKeyError as exc:
+        raise CorruptObjectError(f"stored object {key!r} names no valid turn: {turn!r}") from exc

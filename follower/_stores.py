@@ -129,8 +129,8 @@ class FilesystemStore:
             raise InvalidKeyError(f"invalid key {key!r}: it resolves outside {self._root}")
 
     def _put_sync(self, path: Path, key: str, body: bytes) -> None:
+        self._inside_root(path.parent, key)  # before mkdir: create nothing outside the root
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._inside_root(path.parent, key)
         temp = path.parent / f".{path.name}.{secrets.token_hex(16)}.tmp"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:

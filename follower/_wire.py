@@ -118,7 +118,7 @@ class Page:
         """
         try:
             data = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
             raise PageNotAnObjectError(f"page for task {task_id!r} is not JSON: {exc}") from exc
         return cls.from_object(data, task_id=task_id, after=after)
 
