@@ -25,9 +25,12 @@ LOSES_CANCELS = sys.version_info < (3, 12)
 GAPS = [0, 1, 2]  # loop ticks between setting stop and cancelling
 
 
-async def old_follower(stop: asyncio.Event, reads: list[int]) -> None:
-    """The pattern that leaked: a poll wait in wait_for, then read again."""
-    while True:
+async def old_follower(stop: asyncio.Event, reads: list[int], halt: list[bool]) -> None:
+    """The pattern that leaked: a poll wait in wait_for, then read again.
+
+    ``halt`` is the test's own way out: a lost cancel may be lost again.
+    """
+    while not halt:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=2.0)
         reads.append(len(reads))  # stands for a read of the agent
@@ -38,7 +41,8 @@ async def race_old_follower(gap: int) -> tuple[bool, int]:
     """Set stop and cancel ``gap`` ticks apart; return (cancel lost, reads after cancel)."""
     stop = asyncio.Event()
     reads: list[int] = []
-    task = asyncio.get_running_loop().create_task(old_follower(stop, reads))
+    halt: list[bool] = []
+    task = asyncio.get_running_loop().create_task(old_follower(stop, reads, halt))
     await asyncio.sleep(0)  # the follower is now in its poll wait
     stop.set()
     for _ in range(gap):
@@ -49,7 +53,7 @@ async def race_old_follower(gap: int) -> tuple[bool, int]:
         await asyncio.sleep(0)
     lost = not task.done()
     reads_after = len(reads) - reads_at_cancel
-    task.cancel()
+    halt.append(True)
     with contextlib.suppress(asyncio.CancelledError):
         await task
     return lost, reads_after
