@@ -11,7 +11,7 @@ import ssl
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
-from typing import cast
+from typing import Any, cast
 
 import anyio
 import anyio.lowlevel
@@ -22,6 +22,7 @@ import httpx
 from ._errors import (
     AgentRefusedError,
     AgentUnavailableError,
+    PageNotAnObjectError,
     PageTooLargeError,
     TaskNotFoundError,
 )
@@ -32,6 +33,11 @@ DEFAULT_MAX_PAGE_BYTES = 64 * 1024 * 1024
 # Each follower has at most one read in flight, so a client leased to at most
 # this many followers never makes one of them wait for a connection.
 FOLLOWERS_PER_CLIENT = 64
+# Our own pools never make a follower wait; a caller's client might. A full pool is
+# not the agent's fault: after this long the read gives up (PoolBusy) and is retried.
+POOL_WAIT_SECONDS = 5.0
+# Error bodies are plain text, read for their first line; a proxy's page may be long.
+_ERROR_BODY_BYTES = 64 * 1024
 
 
 class PoolBusy(Exception):
@@ -47,44 +53,82 @@ async def read_page(
     read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
 ) -> Page:
-    """Read one page of ``task_id`` from cursor ``after``, validated.
-
-    The whole read (connect, send, headers, body) is bounded by
-    ``read_timeout_seconds``, except the wait for a pooled connection. The body is
-    streamed and refused as soon as it passes ``max_page_bytes``.
-    """
-    request = client.build_request(
+    """Read one page of ``task_id`` from cursor ``after``, validated."""
+    status, body = await exchange(
+        client,
         "POST",
         endpoint,
-        json={"task_id": task_id, "after": after},
-        timeout=httpx.Timeout(read_timeout_seconds),
+        {"task_id": task_id, "after": after},
+        timeout_seconds=read_timeout_seconds,
+        max_body_bytes=max_page_bytes,
+        what=f"read of task {task_id!r}",
+    )
+    if status != 200:
+        raise _status_error(status, body.decode(errors="replace"), task_id, endpoint)
+    return Page.from_json(body, task_id=task_id, after=after)
+
+
+async def exchange(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    json_body: Any = None,
+    *,
+    timeout_seconds: float,
+    max_body_bytes: int,
+    what: str,
+) -> tuple[int, bytes]:
+    """Send one request; return the status and the body (an error body cut short).
+
+    Bounded as a whole: ``timeout_seconds`` from the moment a connection is ours,
+    after at most ``POOL_WAIT_SECONDS`` waiting for one. The body is read uncompressed
+    (we ask for ``identity``), so ``max_body_bytes`` bounds what is held in memory;
+    a longer body raises :class:`~follower.PageTooLargeError` without being loaded.
+    Raises :class:`~follower.AgentUnavailableError` for every transport failure or
+    timeout, and :class:`PoolBusy` when our own pool had no connection in time.
+    """
+    request = client.build_request(
+        method,
+        url,
+        json=json_body,
+        headers={"accept-encoding": "identity"},
+        timeout=httpx.Timeout(timeout_seconds, pool=POOL_WAIT_SECONDS),
     )
     request.stream = _BodyStream(request.read())
+    # The wait for a pooled connection has its own bound; from the moment the
+    # connection is ours (its first trace event) the whole exchange, headers
+    # included, gets timeout_seconds. Transports without traces get both.
+    deadline = anyio.CancelScope(
+        deadline=anyio.current_time() + timeout_seconds + POOL_WAIT_SECONDS
+    )
+
+    async def on_trace(event: str, info: Any) -> None:
+        if event.endswith((".connect_tcp.started", ".send_request_headers.started")):
+            deadline.deadline = min(deadline.deadline, anyio.current_time() + timeout_seconds)
+
+    request.extensions["trace"] = on_trace
     try:
-        async with _sent(client, request) as response:
-            # A connection is ours from here: bound the rest of the read as a whole,
-            # so an agent dripping bytes cannot hold it past the read timeout.
-            with anyio.fail_after(read_timeout_seconds):
+        with deadline:
+            async with _sent(client, request) as response:
+                if response.headers.get("content-encoding", "identity").lower() != "identity":
+                    raise PageNotAnObjectError(
+                        f"{what} at {url}: the body is "
+                        f"{response.headers['content-encoding']}-encoded, identity was asked"
+                    )
                 status = response.status_code
-                if status != 200:
-                    text = await _read_capped(response, 2048, cut=True)
-                    raise _status_error(status, text.decode(errors="replace"), task_id, endpoint)
-                body = await _read_capped(response, max_page_bytes)
+                if status == 200:
+                    body = await _read_capped(response, max_body_bytes)
+                else:
+                    body = await _read_capped(response, _ERROR_BODY_BYTES, cut=True)
     except httpx.PoolTimeout as exc:
-        raise PoolBusy(f"no free connection to {endpoint} in {read_timeout_seconds} s") from exc
+        raise PoolBusy(f"no free connection to {url} in {POOL_WAIT_SECONDS} s") from exc
     except httpx.TimeoutException as exc:
-        raise AgentUnavailableError(
-            f"read of task {task_id!r} at {endpoint} timed out after {read_timeout_seconds} s"
-        ) from exc
-    except TimeoutError as exc:
-        raise AgentUnavailableError(
-            f"read of task {task_id!r} at {endpoint} took over {read_timeout_seconds} s"
-        ) from exc
+        raise AgentUnavailableError(f"{what} at {url} timed out after {timeout_seconds} s") from exc
     except httpx.TransportError as exc:
-        raise AgentUnavailableError(
-            f"read of task {task_id!r} at {endpoint} failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    return Page.from_json(body, task_id=task_id, after=after)
+        raise AgentUnavailableError(f"{what} at {url} failed: {type(exc).__name__}: {exc}") from exc
+    if deadline.cancelled_caught:
+        raise AgentUnavailableError(f"{what} at {url} took over {timeout_seconds} s")
+    return status, body
 
 
 @asynccontextmanager
@@ -131,7 +175,10 @@ async def _read_capped(response: httpx.Response, limit: int, *, cut: bool = Fals
         raise PageTooLargeError(f"page of {declared} bytes is over the {limit}-byte cap")
     parts: list[bytes] = []
     size = 0
-    # aclosing: a body left half-read must not be finalised by the garbage collector.
+    # Not decoded: non-identity encodings were refused, so the bytes counted are the
+    # bytes held. A body cut short leaves httpx's nested generators to the garbage
+    # collector (trio warns, when ResourceWarnings are shown): only pages over the
+    # cap and error bodies over 64 KiB are cut short.
     async with aclosing(cast(AsyncGenerator[bytes], response.aiter_bytes())) as chunks:
         async for chunk in chunks:
             size += len(chunk)
