@@ -1,0 +1,427 @@
+"""The follower against an agent built with the existing framework (agentenv-framework-protocol).
+
+The agent (``afp_agent.py``, see conftest) runs in a process of its own on 127.0.0.1 and
+serves A2A JSON-RPC and the live trajectory extension as the framework generates them.
+The tests speak plain JSON-RPC to it over httpx, follow its tasks with the library, and
+compare what was stored with the trajectory the agent serves once the task has ended.
+Real sockets and real time: every test is bounded with ``anyio.fail_after``, and waits
+on what the agent or the store says, never on sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+from urllib.parse import urljoin
+
+import anyio
+import attrs
+import httpx
+import pytest
+
+import follower
+from follower import FilesystemStore, LiveTurns, MemoryStore, following_live_trajectory
+
+from .conftest import RunningAgent
+
+pytestmark = pytest.mark.anyio
+
+PREFIX = "steps/s1/"
+FORMAT = "interop-events/1"  # what afp_agent.py names its events' format
+POLL = 0.1
+TEST_SECONDS = 20.0
+TERMINAL = frozenset({"completed", "canceled", "failed", "rejected"})
+MAX_PAGE_EVENTS = 1000  # the framework's page limits (and DESIGN §1's)
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+CHUNK = re.compile(r"([0-9]{8})-([0-9]{8})\.jsonl")
+
+
+@attrs.frozen
+class Served:
+    """A task's trajectory as the agent serves it through cursor reads from ``after=0``."""
+
+    state: str
+    format: str | None
+    events: list[Any]
+
+
+class Agent:
+    """Plain JSON-RPC and trajectory reads against the framework agent."""
+
+    def __init__(self, http: httpx.AsyncClient, running: RunningAgent, card: dict[str, Any]):
+        self.http = http
+        self.running = running
+        self.card = card
+        # The framework's card names its JSON-RPC URL as a path, relative to the card's URL.
+        self.a2a_url = urljoin(running.card_url, card["url"])
+        endpoint = follower.live_trajectory_endpoint(card, self.a2a_url)
+        assert endpoint is not None, f"the card offers no live read: {card}"
+        self.endpoint = endpoint
+
+    @classmethod
+    async def connect(cls, http: httpx.AsyncClient, running: RunningAgent) -> Agent:
+        answer = await http.get(running.card_url)
+        assert answer.status_code == 200, answer.text
+        return cls(http, running, answer.json())
+
+    async def rpc(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        request = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method, "params": params}
+        answer = await self.http.post(self.a2a_url, json=request)
+        assert answer.status_code == 200, f"{method}: HTTP {answer.status_code} {answer.text}"
+        body = answer.json()
+        assert "error" not in body, f"{method}: {body['error']}\n{self.running.log_tail()}"
+        result: dict[str, Any] = body["result"]
+        return result
+
+    async def send(self, context_id: str | None = None, **script: Any) -> dict[str, Any]:
+        """``message/send``, not blocking: the task as it starts (``script``: see afp_agent)."""
+        message: dict[str, Any] = {
+            "role": "user",
+            "kind": "message",
+            "messageId": uuid.uuid4().hex,
+            "parts": [{"kind": "text", "text": "go"}],
+            "metadata": {"interop": script},
+        }
+        if context_id is not None:
+            message["contextId"] = context_id
+        task = await self.rpc(
+            "message/send", {"message": message, "configuration": {"blocking": False}}
+        )
+        assert task["kind"] == "task", task
+        return task
+
+    async def state(self, task_id: str) -> str:
+        task = await self.rpc("tasks/get", {"id": task_id})
+        state: str = task["status"]["state"]
+        return state
+
+    async def wait_ended(self, task_id: str) -> str:
+        """Poll ``tasks/get`` until the task is terminal; its state."""
+        while True:
+            state = await self.state(task_id)
+            if state in TERMINAL:
+                return state
+            await anyio.sleep(0.05)
+
+    async def cancel(self, task_id: str) -> str:
+        task = await self.rpc("tasks/cancel", {"id": task_id})
+        state: str = task["status"]["state"]
+        return state
+
+    async def read(self, task_id: str, after: int) -> dict[str, Any]:
+        answer = await self.http.post(self.endpoint, json={"task_id": task_id, "after": after})
+        assert answer.status_code == 200, f"read after={after}: {answer.status_code} {answer.text}"
+        page: dict[str, Any] = answer.json()
+        return page
+
+    async def served(self, task_id: str) -> Served:
+        """A full cursor read from ``after=0``, once the trajectory is terminal.
+
+        Polls while the state is not terminal: after ``tasks/cancel`` the framework
+        publishes the task's ``canceled`` status a moment before it seals the log.
+        """
+        while True:
+            events: list[Any] = []
+            after = 0
+            while True:
+                page = await self.read(task_id, after)
+                assert page["next"] == after + len(page["events"]), page
+                events.extend(page["events"])
+                after = page["next"]
+                if not page["has_more"]:
+                    break
+            if page["state"] in TERMINAL:
+                return Served(page["state"], page["format"], events)
+            await anyio.sleep(0.05)
+
+    async def final(self, task_id: str) -> list[Any]:
+        """The completed-task read ``{task_id}``: the final trajectory as one array."""
+        answer = await self.http.post(self.endpoint, json={"task_id": task_id})
+        assert answer.status_code == 200, answer.text
+        trajectory: list[Any] = answer.json()["trajectory"]
+        return trajectory
+
+
+@attrs.frozen
+class StoredTurn:
+    """One turn's stored live trajectory, checked for contiguity as it is read back."""
+
+    chunks: list[tuple[int, int]]
+    events: list[Any]
+    end: dict[str, Any] | None
+    meta: dict[str, Any] | None
+    next: dict[str, Any] | None
+
+
+async def stored_turn(store: follower.ObjectStore, turn_id: str) -> StoredTurn:
+    prefix = f"{PREFIX}{turn_id}/live/"
+    keys = await store.list(prefix)
+    marks: dict[str, dict[str, Any]] = {}
+    chunks: list[tuple[int, int]] = []
+    for key in keys:
+        name = key.removeprefix(prefix)
+        match = CHUNK.fullmatch(name)
+        if match:
+            chunks.append((int(match.group(1)), int(match.group(2))))
+        else:
+            assert name in {"meta.json", "end.json", "next.json"}, f"unexpected object {key}"
+            marks[name] = json.loads(await store.get(key))
+    chunks.sort()
+    events: list[Any] = []
+    for after, next_ in chunks:
+        assert after == len(events), f"chunks are not contiguous: {chunks}"
+        body = await store.get(f"{prefix}{after:08d}-{next_:08d}.jsonl")
+        lines = body.splitlines()
+        assert len(lines) == next_ - after, f"chunk {after}-{next_} holds {len(lines)} lines"
+        for line in lines:
+            event = json.loads(line)
+            assert line == json.dumps(event, separators=(",", ":")).encode(), "not compact JSON"
+            events.append(event)
+    return StoredTurn(
+        chunks, events, marks.get("end.json"), marks.get("meta.json"), marks.get("next.json")
+    )
+
+
+class WatchedStore(MemoryStore):
+    """A memory store that tells who waits on it that an object was stored."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stored = anyio.Event()
+
+    async def put(self, key: str, body: bytes, *, content_type: str) -> None:
+        await super().put(key, body, content_type=content_type)
+        self._stored.set()
+        self._stored = anyio.Event()
+
+    async def wait_events(self, turn_id: str, events: int) -> None:
+        """Return once at least ``events`` events of the turn are stored."""
+        while True:
+            stored = self._stored
+            if len((await stored_turn(self, turn_id)).events) >= events:
+                return
+            await stored.wait()
+
+
+def indexes(events: list[Any]) -> list[int]:
+    return [event["index"] for event in events]
+
+
+async def test_the_card_offers_the_live_cursor_read(afp_agent: RunningAgent) -> None:
+    with anyio.fail_after(TEST_SECONDS):
+        async with httpx.AsyncClient() as http:
+            card = (await http.get(afp_agent.card_url)).json()
+    a2a_url = urljoin(afp_agent.card_url, card["url"])
+    assert a2a_url == afp_agent.url + "/a2a"
+    expected = afp_agent.url + "/ext/trajectory"
+    assert follower.live_trajectory_endpoint(card, a2a_url) == expected
+    assert follower.live_trajectory_endpoint(card, afp_agent.url) == expected
+
+
+async def test_a_task_is_stored_whole_and_in_order(afp_agent: RunningAgent) -> None:
+    with anyio.fail_after(TEST_SECONDS):
+        async with httpx.AsyncClient() as http:
+            agent = await Agent.connect(http, afp_agent)
+            store = MemoryStore()
+            async with following_live_trajectory(
+                agent.endpoint, store, PREFIX, "turn-1", poll_interval_seconds=POLL
+            ) as turn:
+                task = await agent.send(events=20, interval=0.03)
+                turn.follow(task["id"])
+                state = await agent.wait_ended(task["id"])
+                turn.ended(state)
+            served = await agent.served(task["id"])
+            final = await agent.final(task["id"])
+            stored = await stored_turn(store, "turn-1")
+    assert state == "completed"
+    assert served.state == "completed"
+    assert served.format == FORMAT
+    assert indexes(served.events) == list(range(20))
+    assert served.events == final
+    assert stored.events == served.events
+    assert stored.end == {"state": "completed", "next": 20}
+    assert stored.meta == {"format": FORMAT}
+    assert stored.next is None  # a lone turn, not through LiveTurns: no link
+
+
+async def test_every_event_is_read_while_the_task_runs(afp_agent: RunningAgent) -> None:
+    # Lockstep: the agent appends event i only once a read asking for it (after >= i)
+    # reached it, so each event is stored as a chunk of its own before the next exists.
+    events = 8
+    with anyio.fail_after(TEST_SECONDS):
+        async with httpx.AsyncClient() as http:
+            agent = await Agent.connect(http, afp_agent)
+            store = MemoryStore()
+            async with following_live_trajectory(
+                agent.endpoint, store, PREFIX, "turn-1", poll_interval_seconds=POLL
+            ) as turn:
+                task = await agent.send(events=events, interval=0, lockstep=True)
+                turn.follow(task["id"])
+                turn.ended(await agent.wait_ended(task["id"]))
+            served = await agent.served(task["id"])
+            stored = await stored_turn(store, "turn-1")
+    assert served.state == "completed", afp_agent.log_tail()
+    assert stored.chunks == [(i, i + 1) for i in range(events)]
+    assert stored.events == served.events
+    assert stored.end == {"state": "completed", "next": events}
+
+
+@pytest.mark.parametrize(
+    ("events", "pad_bytes", "most_per_page"),
+    [
+        pytest.param(2500, 0, MAX_PAGE_EVENTS, id="more-than-1000-events"),
+        # 1.5 MB events: the agent's 4 MiB budget (MAX_PAGE_BYTES) fits two a page.
+        pytest.param(7, 1_500_000, 2, id="more-than-4-MiB"),
+    ],
+)
+async def test_pages_the_agent_splits_are_stored_contiguously(
+    afp_agent: RunningAgent, events: int, pad_bytes: int, most_per_page: int
+) -> None:
+    with anyio.fail_after(TEST_SECONDS):
+        async with httpx.AsyncClient() as http:
+            agent = await Agent.connect(http, afp_agent)
+            store = MemoryStore()
+            async with following_live_trajectory(
+                agent.endpoint, store, PREFIX, "turn-1", poll_interval_seconds=POLL
+            ) as turn:
+                task = await agent.send(events=events, interval=0, pad_bytes=pad_bytes)
+                turn.follow(task["id"])
+                turn.ended(await agent.wait_ended(task["id"]))
+            served = await agent.served(task["id"])
+            stored = await stored_turn(store, "turn-1")
+    assert len(served.events) == events
+    assert indexes(stored.events) == indexes(served.events)
+    assert stored.events == served.events
+    assert all(next_ - after <= most_per_page for after, next_ in stored.chunks), stored.chunks
+    assert stored.end == {"state": "completed", "next": events}
+
+
+async def test_a_failed_task_ends_failed(afp_agent: RunningAgent) -> None:
+    with anyio.fail_after(TEST_SECONDS):
+        async with httpx.AsyncClient() as http:
+            agent = await Agent.connect(http, afp_agent)
+            store = MemoryStore()
+            async with following_live_trajectory(
+                agent.endpoint, store, PREFIX, "turn-1", poll_interval_seconds=POLL
+            ) as turn:
+                task = await agent.send(events=3, interval=0.02, fail=True)
+                turn.follow(task["id"])
+                state = await agent.wait_ended(task["id"])
+                turn.ended(state)
+            served = await agent.served(task["id"])
+            stored = await stored_turn(store, "turn-1")
+    assert state == "failed"
+    assert served.state == "failed"
+    assert stored.events == served.events
+    assert stored.end == {"state": "failed", "next": 3}
+
+
+async def test_a_step_that_cancels_its_task_stores_it_to_the_end(
+    afp_agent: RunningAgent,
+) -> None:
+    # The body sends tasks/cancel and returns: the follower drains to the agent's last page.
+    with anyio.fail_after(TEST_SECONDS):
+        async with httpx.AsyncClient() as http:
+            agent = await Agent.connect(http, afp_agent)
+            store = WatchedStore()
+            async with following_live_trajectory(
+                agent.endpoint, store, PREFIX, "turn-1", poll_interval_seconds=POLL
+            ) as turn:
+                task = await agent.send(events=10_000, interval=0.02)
+                turn.follow(task["id"])
+                await store.wait_events("turn-1", 3)
+                assert await agent.cancel(task["id"]) == "canceled"
+                turn.ended(await agent.wait_ended(task["id"]))
+            served = await agent.served(task["id"])
+            stored = await stored_turn(store, "turn-1")
+            assert await agent.state(task["id"]) == "canceled"
+    assert served.state == "canceled"
+    assert 3 <= len(served.events) < 10_000
+    assert stored.events == served.events
+    assert stored.end == {"state": "canceled", "next": len(served.events)}
+
+
+async def test_a_cancelled_step_leaves_its_task_canceled(afp_agent: RunningAgent) -> None:
+    # The step is cancelled while the task runs: the follower is torn down at once and
+    # the turn is marked canceled; then the step runner cancels the agent's task.
+    with anyio.fail_after(TEST_SECONDS):
+        async with httpx.AsyncClient() as http:
+            agent = await Agent.connect(http, afp_agent)
+            store = WatchedStore()
+            task_id = ""
+            with anyio.CancelScope() as step:
+                async with following_live_trajectory(
+                    agent.endpoint, store, PREFIX, "turn-1", poll_interval_seconds=POLL
+                ) as turn:
+                    task = await agent.send(events=10_000, interval=0.02)
+                    task_id = task["id"]
+                    turn.follow(task_id)
+                    await store.wait_events("turn-1", 3)
+                    step.cancel()
+                    await anyio.sleep_forever()
+            assert step.cancelled_caught
+            stored = await stored_turn(store, "turn-1")
+            assert await agent.state(task_id) == "working"
+            assert await agent.cancel(task_id) == "canceled"
+            served = await agent.served(task_id)
+            assert await agent.state(task_id) == "canceled"
+    assert served.state == "canceled"
+    assert stored.end == {"state": "canceled", "next": len(stored.events)}
+    assert len(stored.events) >= 3
+    assert stored.events == served.events[: len(stored.events)]
+
+
+async def test_an_unknown_task_ends_following_quietly(afp_agent: RunningAgent) -> None:
+    with anyio.fail_after(TEST_SECONDS):
+        async with httpx.AsyncClient() as http:
+            agent = await Agent.connect(http, afp_agent)
+            answer = await http.post(agent.endpoint, json={"task_id": "no-such-task", "after": 0})
+            assert answer.status_code == 404
+            store = MemoryStore()
+            async with following_live_trajectory(
+                agent.endpoint, store, PREFIX, "turn-1", poll_interval_seconds=POLL
+            ) as turn:
+                turn.follow("no-such-task")
+            stored = await stored_turn(store, "turn-1")
+    assert stored.chunks == []
+    assert stored.end == {"state": "failed", "next": 0}
+
+
+async def test_two_turns_in_one_context_are_linked_and_read_back(
+    afp_agent: RunningAgent, tmp_path: Any
+) -> None:
+    store = FilesystemStore(tmp_path)
+    with anyio.fail_after(TEST_SECONDS):
+        async with httpx.AsyncClient() as http:
+            agent = await Agent.connect(http, afp_agent)
+            tasks = []
+            async with LiveTurns(
+                agent.endpoint, store, PREFIX, poll_interval_seconds=POLL
+            ) as turns:
+                context_id = None
+                for turn_id, count in (("turn-1", 4), ("turn-2", 6)):
+                    async with turns.following(turn_id) as turn:
+                        task = await agent.send(context_id, events=count, interval=0.02)
+                        context_id = task["contextId"]
+                        tasks.append(task["id"])
+                        turn.follow(task["id"])
+                        turn.ended(await agent.wait_ended(task["id"]))
+            served = [await agent.served(task_id) for task_id in tasks]
+            read_back = [
+                (stored.turn_id, stored.index, stored.event)
+                async for stored in follower.read_live_trajectory(
+                    store, PREFIX, "turn-1", poll_interval_seconds=0.02
+                )
+            ]
+            first = await stored_turn(store, "turn-1")
+            second = await stored_turn(store, "turn-2")
+    assert first.next == {"turn": "turn-2"}
+    assert second.next == {"turn": None}
+    assert first.end == {"state": "completed", "next": 4}
+    assert second.end == {"state": "completed", "next": 6}
+    assert read_back == [
+        *(("turn-1", i, event) for i, event in enumerate(served[0].events)),
+        *(("turn-2", i, event) for i, event in enumerate(served[1].events)),
+    ]
