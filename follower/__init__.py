@@ -1,14 +1,21 @@
 """Follow an A2A agent's live trajectory while a step runs, store it as it is read,
 and never outlive the step that started it."""
 
+from ._a2a import A2AAgent as A2AAgent
+from ._a2a import A2ATask as A2ATask
+from ._a2a import connect_agent as connect_agent
+from ._a2a import run_a2a_turn as run_a2a_turn
 from ._chunks import LiveTrajectoryChunks as LiveTrajectoryChunks
 from ._discovery import live_trajectory_endpoint as live_trajectory_endpoint
+from ._errors import A2AProtocolError as A2AProtocolError
+from ._errors import AgentCardError as AgentCardError
 from ._errors import AgentError as AgentError
 from ._errors import AgentRefusedError as AgentRefusedError
 from ._errors import AgentUnavailableError as AgentUnavailableError
 from ._errors import CorruptObjectError as CorruptObjectError
 from ._errors import CursorMismatchError as CursorMismatchError
 from ._errors import FollowerError as FollowerError
+from ._errors import InvalidArgumentError as InvalidArgumentError
 from ._errors import InvalidKeyError as InvalidKeyError
 from ._errors import MalformedPageError as MalformedPageError
 from ._errors import NoProgressError as NoProgressError
@@ -17,10 +24,12 @@ from ._errors import ObjectNotFoundError as ObjectNotFoundError
 from ._errors import PageFieldError as PageFieldError
 from ._errors import PageNotAnObjectError as PageNotAnObjectError
 from ._errors import PageTooLargeError as PageTooLargeError
+from ._errors import PoolBusyError as PoolBusyError
 from ._errors import ReaderIdleError as ReaderIdleError
 from ._errors import StoreError as StoreError
 from ._errors import TaskMismatchError as TaskMismatchError
 from ._errors import TaskNotFoundError as TaskNotFoundError
+from ._errors import TaskTimeoutError as TaskTimeoutError
 from ._errors import TurnStateError as TurnStateError
 from ._errors import UnknownStateError as UnknownStateError
 from ._errors import UsageError as UsageError

@@ -7,6 +7,9 @@
     │   ├── TaskNotFoundError        404: the agent does not know the task
     │   ├── AgentRefusedError        another 4xx: the agent refused our read
     │   ├── AgentUnavailableError    5xx, transport error or read timeout
+    │   ├── AgentCardError           no agent card, or not a JSON object
+    │   ├── A2AProtocolError         a JSON-RPC error, or an answer that is not one
+    │   ├── TaskTimeoutError         a task did not end within the turn's deadline
     │   └── MalformedPageError       the answer is not a valid page
     │       ├── PageNotAnObjectError     not JSON, or not a JSON object
     │       ├── PageFieldError           a field is missing or has the wrong type
@@ -19,10 +22,15 @@
     │   ├── ObjectExistsError        write-once: the key is already written
     │   ├── ObjectNotFoundError      the key is not written
     │   └── CorruptObjectError       a stored object cannot be parsed
+    ├── PoolBusyError                our own connection pool had no free connection in time
     ├── UsageError                   the caller used the library wrongly
+    │   ├── InvalidArgumentError     an option out of its range (a negative interval...)
     │   ├── InvalidKeyError          a key or prefix breaks the key rules
     │   └── TurnStateError           follow() twice, or after the block ended
     └── ReaderIdleError              a reader saw no new object for too long
+
+``PoolBusyError`` is ours, not the agent's: it never counts as a failed read,
+never ends following, and a follower just reads again.
 
 Not in the tree: the post-stop sentinel (:class:`FollowingEnded`), which ends a
 follower's loop like ``EndOfStream`` ends a stream's; it never leaves the library.
@@ -47,7 +55,7 @@ class TaskNotFoundError(AgentError):
 
 
 class AgentRefusedError(AgentError):
-    """The agent refused the read with a 4xx other than 404."""
+    """The agent refused the request: a 4xx other than 404, or another non-200 answer."""
 
     def __init__(self, message: str, *, status_code: int) -> None:
         super().__init__(message)
@@ -59,6 +67,22 @@ class AgentUnavailableError(AgentError):
 
     These are the only agent errors worth retrying.
     """
+
+
+class AgentCardError(AgentError):
+    """The agent answered, but with no agent card (a non-200), or one that is not JSON."""
+
+
+class A2AProtocolError(AgentError):
+    """An A2A call failed with a JSON-RPC error, or its answer is malformed."""
+
+    def __init__(self, message: str, *, code: object = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class TaskTimeoutError(AgentError, TimeoutError):
+    """The agent's task did not end within the turn's deadline."""
 
 
 class MalformedPageError(AgentError):
@@ -112,11 +136,26 @@ class CorruptObjectError(StoreError):
     """A stored object cannot be parsed as what its key says it is."""
 
 
+# --- our own side ------------------------------------------------------------------
+
+
+class PoolBusyError(FollowerError):
+    """No connection of our own pool was free in time: not the agent's fault.
+
+    A follower reads again after its poll interval; it never counts this as a
+    failed read of the agent, nor ends following because of it.
+    """
+
+
 # --- the caller's faults ------------------------------------------------------------
 
 
 class UsageError(FollowerError):
     """The library was used in a way it does not support."""
+
+
+class InvalidArgumentError(UsageError, ValueError):
+    """An option is out of its range: a non-positive interval, a negative cursor..."""
 
 
 class InvalidKeyError(UsageError, ValueError):

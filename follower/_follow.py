@@ -15,11 +15,16 @@ import anyio
 import anyio.lowlevel
 import httpx
 
-from ._errors import AgentUnavailableError, FollowingEnded, TaskNotFoundError
+from ._errors import (
+    AgentUnavailableError,
+    FollowingEnded,
+    InvalidArgumentError,
+    PoolBusyError,
+    TaskNotFoundError,
+)
 from ._http import (
     DEFAULT_MAX_PAGE_BYTES,
     DEFAULT_READ_TIMEOUT_SECONDS,
-    PoolBusy,
     leased_client,
     read_page,
 )
@@ -60,9 +65,9 @@ async def follow_trajectory(
     cancel scope, or use :func:`following_live_trajectory`, which does.
     """
     if poll_interval_seconds <= 0:
-        raise ValueError("poll_interval_seconds must be positive")
+        raise InvalidArgumentError("poll_interval_seconds must be positive")
     if after < 0:
-        raise ValueError("after must be >= 0")
+        raise InvalidArgumentError("after must be >= 0")
     follower = _Follower(
         endpoint=endpoint,
         task_id=task_id,
@@ -122,7 +127,7 @@ class _Follower:
                 )
                 await self._wait_or_stop(delay)
                 continue
-            except PoolBusy as exc:
+            except PoolBusyError as exc:
                 # Our own pool is full: not the agent's failure, so no backoff and no sentinel.
                 logger.debug("%s; reading task %s again", exc, self.task_id)
                 await self._pause()

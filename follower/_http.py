@@ -1,8 +1,8 @@
 """Cursor reads over HTTP, and the clients they share: the only module importing httpx.
 
 Every failure of a read leaves here as a typed :class:`~follower.AgentError`,
-except one: our own connection pool being full (:class:`PoolBusy`), which is
-not the agent's fault and must never count as a failed read of it.
+except one: our own connection pool being full (:class:`~follower.PoolBusyError`),
+which is not the agent's fault and must never count as a failed read of it.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ._errors import (
     AgentUnavailableError,
     PageNotAnObjectError,
     PageTooLargeError,
+    PoolBusyError,
     TaskNotFoundError,
 )
 from ._wire import Page
@@ -34,14 +35,10 @@ DEFAULT_MAX_PAGE_BYTES = 64 * 1024 * 1024
 # this many followers never makes one of them wait for a connection.
 FOLLOWERS_PER_CLIENT = 64
 # Our own pools never make a follower wait; a caller's client might. A full pool is
-# not the agent's fault: after this long the read gives up (PoolBusy) and is retried.
+# not the agent's fault: after this long the read gives up (PoolBusyError) and is retried.
 POOL_WAIT_SECONDS = 5.0
 # Error bodies are plain text, read for their first line; a proxy's page may be long.
 _ERROR_BODY_BYTES = 64 * 1024
-
-
-class PoolBusy(Exception):
-    """No connection of our own pool was free in time: wait and read again."""
 
 
 async def read_page(
@@ -85,7 +82,7 @@ async def exchange(
     (we ask for ``identity``), so ``max_body_bytes`` bounds what is held in memory;
     a longer body raises :class:`~follower.PageTooLargeError` without being loaded.
     Raises :class:`~follower.AgentUnavailableError` for every transport failure or
-    timeout, and :class:`PoolBusy` when our own pool had no connection in time.
+    timeout, and :class:`~follower.PoolBusyError` when our own pool had no connection in time.
     """
     request = client.build_request(
         method,
@@ -121,7 +118,7 @@ async def exchange(
                 else:
                     body = await _read_capped(response, _ERROR_BODY_BYTES, cut=True)
     except httpx.PoolTimeout as exc:
-        raise PoolBusy(f"no free connection to {url} in {POOL_WAIT_SECONDS} s") from exc
+        raise PoolBusyError(f"no free connection to {url} in {POOL_WAIT_SECONDS} s") from exc
     except httpx.TimeoutException as exc:
         raise AgentUnavailableError(f"{what} at {url} timed out after {timeout_seconds} s") from exc
     except httpx.TransportError as exc:

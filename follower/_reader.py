@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import attrs
 
-from ._errors import CorruptObjectError, InvalidKeyError, ReaderIdleError
+from ._errors import CorruptObjectError, InvalidArgumentError, InvalidKeyError, ReaderIdleError
 from ._keys import check_prefix, check_turn_id
 from ._layout import END, NEXT, decode_events, decode_json_object, parse_chunk_name, turn_prefix
 from ._stores import ObjectStore
@@ -48,7 +48,7 @@ async def read_live_trajectory(
     """
     check_prefix(prefix_key)
     if poll_interval_seconds <= 0:
-        raise ValueError("poll_interval_seconds must be positive")
+        raise InvalidArgumentError("poll_interval_seconds must be positive")
     idle = _IdleClock(idle_timeout_seconds)
     seen: set[str] = set()
     current: str | None = check_turn_id(turn_id)

@@ -19,7 +19,7 @@ import anyio.abc
 import httpx
 
 from ._chunks import JSON, LiveTrajectoryChunks
-from ._errors import ObjectExistsError, TurnStateError
+from ._errors import InvalidArgumentError, ObjectExistsError, TurnStateError
 from ._follow import follow_trajectory
 from ._http import DEFAULT_MAX_PAGE_BYTES, DEFAULT_READ_TIMEOUT_SECONDS, leased_client
 from ._keys import check_prefix, check_turn_id
@@ -117,9 +117,9 @@ class _TurnBlock:
         on_follow: Callable[[str], None] | None = None,
     ) -> None:
         if poll_interval_seconds <= 0:
-            raise ValueError("poll_interval_seconds must be positive")
+            raise InvalidArgumentError("poll_interval_seconds must be positive")
         if drain_seconds < 0:
-            raise ValueError("drain_seconds must be >= 0")
+            raise InvalidArgumentError("drain_seconds must be >= 0")
         self.endpoint = endpoint
         self.store = store
         self.prefix_key = check_prefix(prefix_key)
@@ -151,7 +151,7 @@ class _TurnBlock:
                 f"turn {self.turn_id!r} already follows task {self.task_id!r}; one task per turn"
             )
         if not isinstance(task_id, str) or not task_id:
-            raise ValueError(f"task_id must be a non-empty string, not {task_id!r}")
+            raise InvalidArgumentError(f"task_id must be a non-empty string, not {task_id!r}")
         self.task_id = task_id
         previous = self._previous() if callable(self._previous) else self._previous
         if self._on_follow is not None:
@@ -206,7 +206,7 @@ class _TurnBlock:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> None:
         self._closed = True
         try:
             if exc is None:
@@ -216,8 +216,8 @@ class _TurnBlock:
             await self._close(during_drain)
             raise
         await self._close(exc)
-        # False: the body's own exception (if any) goes on as itself, traceback intact.
-        return False
+        # Not suppressed: the body's own exception (if any) goes on as itself,
+        # traceback intact.
 
     async def _drain(self) -> None:
         self._stop.set()
@@ -339,7 +339,9 @@ class LiveTurns:
         max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
     ) -> None:
         if poll_interval_seconds <= 0:
-            raise ValueError("poll_interval_seconds must be positive")
+            raise InvalidArgumentError("poll_interval_seconds must be positive")
+        if drain_seconds < 0:
+            raise InvalidArgumentError("drain_seconds must be >= 0")
         self.endpoint = endpoint
         self.store = store
         self.prefix_key = check_prefix(prefix_key)
@@ -411,11 +413,10 @@ class LiveTurns:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> None:
         try:
             await self.end()
         finally:
             assert self._resources is not None
             with anyio.CancelScope(shield=True):
                 await self._resources.aclose()
-        return False

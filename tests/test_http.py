@@ -2,8 +2,8 @@
 
 Every way a read can fail must leave ``read_page`` typed (DESIGN §1, §2): a
 404, another 4xx, a 5xx or a transport failure, a malformed or oversized page.
-Our own pool being full is the one exception: it is ``PoolBusy``, which is not
-the agent's fault and so not an ``AgentError``. The pool tests check DESIGN §4:
+Our own pool being full is the one exception: it is ``PoolBusyError``, which is
+not the agent's fault and so not an ``AgentError``. The pool tests check DESIGN §4:
 bounded shards, one SSL context, clients closed with their last follower.
 
 Reads run against in-memory fakes (``httpx.MockTransport`` or the scripted
@@ -45,7 +45,7 @@ from follower import (
 )
 from follower._http import (
     ClientPool,
-    PoolBusy,
+    PoolBusyError,
     _shared_ssl_context,
     client_pool,
     leased_client,
@@ -298,10 +298,10 @@ async def test_pool_timeout_is_pool_busy_not_an_agent_error() -> None:
 
     with anyio.fail_after(10):
         async with mock_client(handler) as client:
-            with pytest.raises(PoolBusy) as caught:
+            with pytest.raises(PoolBusyError) as caught:
                 await read_page(client, ENDPOINT, "t1", 0)
     assert not isinstance(caught.value, AgentError)
-    assert not isinstance(caught.value, FollowerError)
+    assert isinstance(caught.value, FollowerError)
     assert caught.value.__cause__ is error
 
 

@@ -1,0 +1,278 @@
+"""A whole A2A turn for step runners: send a message, follow its task, wait for it to end.
+
+The JSON-RPC client speaks the wire format of agents built on a2a-sdk 0.3
+(``message/send``, ``tasks/get``, ``tasks/cancel``); its requests go through the
+HTTP module's bounded exchange, like the trajectory reads. When a step is
+cancelled or fails, the turn tells the agent to cancel its task too, in a
+shielded, bounded cleanup, so the agent does not work for a step that is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import attrs
+
+from ._discovery import live_trajectory_endpoint
+from ._errors import (
+    A2AProtocolError,
+    AgentCardError,
+    AgentRefusedError,
+    AgentUnavailableError,
+    FollowerError,
+    PoolBusyError,
+    TaskNotFoundError,
+    TaskTimeoutError,
+)
+from ._http import DEFAULT_READ_TIMEOUT_SECONDS, exchange, leased_client
+from ._turns import LiveTurns
+
+if TYPE_CHECKING:
+    import httpx
+
+logger = logging.getLogger("follower")
+
+AGENT_CARD_PATH = "/.well-known/agent-card.json"
+# Task states after which the turn is over: terminal, or waiting on the user.
+TURN_ENDING_STATES = frozenset(
+    {"completed", "canceled", "failed", "rejected", "input-required", "auth-required"}
+)
+CANCEL_TASK_SECONDS = 5.0
+DEFAULT_TASK_DEADLINE_SECONDS = 600.0
+_MAX_RPC_BYTES = 16 * 1024 * 1024
+_JSONRPC_TASK_NOT_FOUND = -32001
+
+
+@attrs.frozen
+class A2ATask:
+    """What the agent said of a task: its id, its context and its state."""
+
+    id: str
+    context_id: str | None
+    state: str
+
+    @property
+    def turn_ended(self) -> bool:
+        """Whether the turn is over: the task ended, or waits on the user."""
+        return self.state in TURN_ENDING_STATES
+
+    @classmethod
+    def from_result(cls, result: Any, method: str) -> A2ATask:
+        if not isinstance(result, Mapping) or result.get("kind", "task") != "task":
+            raise A2AProtocolError(f"{method} answered with no task: {_short(result)}")
+        task_id = result.get("id")
+        status = result.get("status")
+        state = status.get("state") if isinstance(status, Mapping) else None
+        context_id = result.get("contextId")
+        if not isinstance(task_id, str) or not task_id or not isinstance(state, str):
+            raise A2AProtocolError(f"{method} answered with a malformed task: {_short(result)}")
+        return cls(task_id, context_id if isinstance(context_id, str) else None, state.lower())
+
+
+class A2AAgent:
+    """An A2A agent reached over JSON-RPC; use :func:`connect_agent` to make one."""
+
+    def __init__(
+        self,
+        url: str,
+        card: Mapping[str, Any],
+        client: httpx.AsyncClient,
+        *,
+        timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
+    ) -> None:
+        self.url = url
+        self.card = card
+        self._client = client
+        self._timeout_seconds = timeout_seconds
+        self.trajectory_endpoint = live_trajectory_endpoint(card, url)
+
+    async def send_message(self, text: str, *, context_id: str | None = None) -> A2ATask:
+        """Send a user message; the agent answers at once with the task it started."""
+        message: dict[str, Any] = {
+            "role": "user",
+            "parts": [{"kind": "text", "text": text}],
+            "messageId": uuid.uuid4().hex,
+            "kind": "message",
+        }
+        if context_id is not None:
+            message["contextId"] = context_id
+        params = {"message": message, "configuration": {"blocking": False}}
+        return A2ATask.from_result(await self._call("message/send", params), "message/send")
+
+    async def get_task(self, task_id: str) -> A2ATask:
+        result = await self._call("tasks/get", {"id": task_id, "historyLength": 0})
+        return A2ATask.from_result(result, "tasks/get")
+
+    async def cancel_task(self, task_id: str) -> A2ATask:
+        return A2ATask.from_result(
+            await self._call("tasks/cancel", {"id": task_id}), "tasks/cancel"
+        )
+
+    async def wait_for_task(
+        self,
+        task_id: str,
+        *,
+        deadline_seconds: float = DEFAULT_TASK_DEADLINE_SECONDS,
+        poll_interval_seconds: float = 1.0,
+        max_interval_seconds: float = 10.0,
+    ) -> A2ATask:
+        """Poll ``tasks/get`` until the turn ends; back off while it runs or fails.
+
+        Raises :class:`~follower.TaskTimeoutError` after ``deadline_seconds``.
+        """
+        interval = poll_interval_seconds
+        with anyio.move_on_after(deadline_seconds):
+            while True:
+                try:
+                    task = await self.get_task(task_id)
+                except (AgentUnavailableError, PoolBusyError) as exc:
+                    logger.warning("tasks/get for %s failed, retrying: %s", task_id, exc)
+                else:
+                    if task.turn_ended:
+                        return task
+                await anyio.sleep(interval)
+                interval = min(interval * 1.5, max_interval_seconds)
+        raise TaskTimeoutError(f"task {task_id} did not end within {deadline_seconds} s")
+
+    async def _call(self, method: str, params: Mapping[str, Any]) -> Any:
+        request = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method, "params": params}
+        status, body = await exchange(
+            self._client,
+            "POST",
+            self.url,
+            request,
+            timeout_seconds=self._timeout_seconds,
+            max_body_bytes=_MAX_RPC_BYTES,
+            what=method,
+        )
+        if status >= 500:
+            raise AgentUnavailableError(f"{method} at {self.url} answered {status}")
+        if status != 200:
+            raise AgentRefusedError(f"{method} at {self.url} answered {status}", status_code=status)
+        try:
+            answer = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise A2AProtocolError(f"{method} answered with a body that is not JSON") from exc
+        if not isinstance(answer, Mapping):
+            raise A2AProtocolError(f"{method} answered with {_short(answer)}")
+        error = answer.get("error")
+        if error is not None:
+            code = error.get("code") if isinstance(error, Mapping) else None
+            text = error.get("message") if isinstance(error, Mapping) else error
+            if code == _JSONRPC_TASK_NOT_FOUND:
+                raise TaskNotFoundError(f"{method}: the agent does not know the task: {text}")
+            raise A2AProtocolError(f"{method} failed: {text} (code {code})", code=code)
+        if "result" not in answer:
+            raise A2AProtocolError(f"{method} answered with neither result nor error")
+        return answer["result"]
+
+
+@asynccontextmanager
+async def connect_agent(
+    url: str,
+    *,
+    client: httpx.AsyncClient | None = None,
+    timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
+) -> AsyncIterator[A2AAgent]:
+    """Fetch the agent card at ``url`` and yield the agent, with its live read (or None).
+
+    Without ``client``, one is leased from the loop's shared pool for the block.
+    """
+    async with leased_client(client) as leased:
+        card = await fetch_agent_card(leased, url, timeout_seconds=timeout_seconds)
+        yield A2AAgent(url, card, leased, timeout_seconds=timeout_seconds)
+
+
+async def fetch_agent_card(
+    client: httpx.AsyncClient, url: str, *, timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS
+) -> Mapping[str, Any]:
+    card_url = url.rstrip("/") + AGENT_CARD_PATH
+    status, body = await exchange(
+        client,
+        "GET",
+        card_url,
+        timeout_seconds=timeout_seconds,
+        max_body_bytes=_MAX_RPC_BYTES,
+        what="agent card",
+    )
+    if status != 200:
+        raise AgentCardError(f"no agent card at {card_url}: HTTP {status}")
+    try:
+        card = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise AgentCardError(f"the agent card at {card_url} is not JSON") from exc
+    if not isinstance(card, Mapping):
+        raise AgentCardError(f"the agent card at {card_url} is not a JSON object")
+    return card
+
+
+async def run_a2a_turn(
+    agent: A2AAgent,
+    turns: LiveTurns | None,
+    turn_id: str,
+    text: str,
+    *,
+    context_id: str | None = None,
+    task_deadline_seconds: float = DEFAULT_TASK_DEADLINE_SECONDS,
+    task_poll_seconds: float = 1.0,
+) -> A2ATask:
+    """Run one turn: send ``text``, follow the task's live trajectory, wait for it to end.
+
+    The trajectory is stored through ``turns`` (skipped when ``turns`` is None or
+    the agent offers no live read). If the step is cancelled or anything fails
+    after the task started, the agent is asked to cancel it, shielded and bounded;
+    the step's own exception or cancel then goes on unchanged.
+    """
+    if turns is None or agent.trajectory_endpoint is None:
+        return await _run_task(
+            agent, None, text, context_id, task_deadline_seconds, task_poll_seconds
+        )
+    async with turns.following(turn_id) as turn:
+        return await _run_task(
+            agent, turn, text, context_id, task_deadline_seconds, task_poll_seconds
+        )
+
+
+async def _run_task(
+    agent: A2AAgent,
+    turn: Any,
+    text: str,
+    context_id: str | None,
+    deadline_seconds: float,
+    poll_seconds: float,
+) -> A2ATask:
+    task = await agent.send_message(text, context_id=context_id)
+    try:
+        if turn is not None:
+            turn.follow(task.id)
+        final = await agent.wait_for_task(
+            task.id, deadline_seconds=deadline_seconds, poll_interval_seconds=poll_seconds
+        )
+    except BaseException:
+        await _cancel_quietly(agent, task.id)
+        raise
+    if turn is not None:
+        turn.ended(final.state)
+    return final
+
+
+async def _cancel_quietly(agent: A2AAgent, task_id: str) -> None:
+    """Ask the agent to cancel a task the step no longer waits for; never raise."""
+    with anyio.move_on_after(CANCEL_TASK_SECONDS, shield=True) as scope:
+        try:
+            await agent.cancel_task(task_id)
+        except FollowerError as exc:
+            logger.warning("could not cancel task %s: %s", task_id, exc)
+    if scope.cancelled_caught:
+        logger.warning("cancelling task %s took over %s s", task_id, CANCEL_TASK_SECONDS)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
