@@ -1,0 +1,751 @@
+"""The reference agent: an ASGI app serving an A2A agent card, A2A JSON-RPC 2.0 and the
+trajectory extension's cursor read (DESIGN §1), with faults a test can switch on.
+
+Tasks have no background task behind them: each answer computes the task's
+progress from the clock (see ``_script``), so the state and the number of events
+come from one reading of the clock, and the log is always sealed before the
+terminal state shows. Connection-level faults (``close``, ``gone``) are played by
+whatever carries the requests: :meth:`ReferenceAgent.transport` in-process, and
+the TCP front of :func:`~follower.testing.serve_agent` on a loopback socket.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio
+import attrs
+import httpx
+
+from .._wire import TRAJECTORY_EXTENSION_URI, TrajectoryState
+from ._faults import DEFAULT_OVERSIZED_BYTES, Fault, FaultKind
+from ._script import TaskScript
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
+TRAJECTORY_PATH = "/ext/trajectory"
+RPC_PATH = "/"
+MAX_EVENTS_PER_READ = 1000
+MAX_BYTES_PER_READ = 4 * 1024 * 1024
+# Requests to this agent are small; anything larger is refused unread.
+_MAX_REQUEST_BYTES = 1024 * 1024
+_JSON = b"application/json"
+_TEXT = b"text/plain; charset=utf-8"
+_OVERSIZED_CHUNK_BYTES = 1024 * 1024
+
+CURSOR_READ_SCHEMA = {
+    "oneOf": [
+        {"required": ["task_id"]},
+        {"required": ["task_id", "after"], "optional": ["limit"]},
+    ]
+}
+TRAJECTORY_EXTENSION = {
+    "uri": TRAJECTORY_EXTENSION_URI,
+    "description": "The events a task appends while it runs, read by cursor.",
+    "required": False,
+    "params": {
+        "endpoint": TRAJECTORY_PATH,
+        "methods": {"get": {"method": "POST", "request": CURSOR_READ_SCHEMA}},
+    },
+}
+
+# JSON-RPC 2.0 and A2A error codes (a2a-sdk 0.3's messages).
+PARSE_ERROR = (-32700, "Invalid JSON payload")
+INVALID_REQUEST = (-32600, "Request payload validation error")
+METHOD_NOT_FOUND = (-32601, "Method not found")
+INVALID_PARAMS = (-32602, "Invalid parameters")
+TASK_NOT_FOUND = (-32001, "Task not found")
+TASK_NOT_CANCELABLE = (-32002, "Task cannot be canceled")
+PUSH_NOT_SUPPORTED = (-32003, "Push Notification is not supported")
+UNSUPPORTED_OPERATION = (-32004, "This operation is not supported")
+_UNSUPPORTED_METHODS = {
+    "message/stream": UNSUPPORTED_OPERATION,
+    "tasks/resubscribe": UNSUPPORTED_OPERATION,
+    "agent/getAuthenticatedExtendedCard": UNSUPPORTED_OPERATION,
+    "tasks/pushNotificationConfig/set": PUSH_NOT_SUPPORTED,
+    "tasks/pushNotificationConfig/get": PUSH_NOT_SUPPORTED,
+    "tasks/pushNotificationConfig/list": PUSH_NOT_SUPPORTED,
+    "tasks/pushNotificationConfig/delete": PUSH_NOT_SUPPORTED,
+}
+_PART_KINDS = ("text", "file", "data")
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@attrs.frozen
+class AgentStatistics:
+    """What the agent has seen so far."""
+
+    tasks: int
+    """Tasks it knows now."""
+    reads: int
+    """Trajectory reads that reached it (answered or not)."""
+    rpc_calls: int
+    """A2A JSON-RPC requests that reached it."""
+    dropped_connections: int
+    """Requests answered by closing the connection (``close`` and ``gone``)."""
+
+
+class _RpcError(Exception):
+    def __init__(self, error: tuple[int, str], message: str | None = None) -> None:
+        super().__init__(message or error[1])
+        self.code, self.message = error[0], message or error[1]
+
+
+class _BadRead(Exception):
+    """A trajectory read the agent answers with a plain-text 4xx."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+@attrs.define(eq=False)
+class _Task:
+    id: str
+    context_id: str
+    script: TaskScript
+    started_at: float
+    wall_start: datetime
+    history: list[dict[str, Any]]
+    canceled_at: float | None = None
+    sealed: int | None = None
+
+    def progress(self, now: float) -> tuple[TrajectoryState, int]:
+        """The trajectory's state and length at ``now``, from one reading of the clock."""
+        if self.sealed is not None:
+            return TrajectoryState.CANCELED, self.sealed
+        elapsed = now - self.started_at
+        if self.script.finished_by(elapsed):
+            return self.script.final_state, self.script.events
+        visible = self.script.visible_at(elapsed)
+        return (TrajectoryState.RUNNING if visible else TrajectoryState.PENDING), visible
+
+    def status(self, now: float) -> tuple[str, float]:
+        """The A2A task state at ``now``, and when the task entered it."""
+        if self.canceled_at is not None:
+            return "canceled", self.canceled_at
+        elapsed = now - self.started_at
+        if self.script.finished_by(elapsed):
+            return self.script.outcome, self.started_at + self.script.duration_seconds
+        if elapsed + 1e-9 >= self.script.start_delay_seconds:
+            return "working", self.started_at + self.script.start_delay_seconds
+        return "submitted", self.started_at
+
+    def is_terminal(self, now: float) -> bool:
+        return self.status(now)[0] not in ("submitted", "working")
+
+    def cancel(self, now: float) -> None:
+        # Sealed at what is visible now, before the canceled state can be seen.
+        self.sealed = self.progress(now)[1]
+        self.canceled_at = now
+
+    def gone_at(self, after_events: int) -> float | None:
+        """When this task makes event ``after_events`` (or ends first); None if it never will."""
+        at = self.started_at + self.script.event_offset_seconds(
+            min(after_events, self.script.events)
+        )
+        if self.canceled_at is not None and self.canceled_at < at:
+            return None
+        return at
+
+    def to_json(self, now: float, history_length: int | None = None) -> dict[str, Any]:
+        state, since = self.status(now)
+        timestamp = self.wall_start + timedelta(seconds=since - self.started_at)
+        status: dict[str, Any] = {"state": state, "timestamp": timestamp.isoformat()}
+        task: dict[str, Any] = {
+            "id": self.id,
+            "contextId": self.context_id,
+            "status": status,
+            "kind": "task",
+        }
+        history = self.history
+        if history_length is not None:
+            history = history[-history_length:] if history_length > 0 else []
+        task["history"] = history
+        if state in ("failed", "rejected"):
+            status["message"] = self._agent_message(f"the script {state} the task")
+        if state == "completed":
+            text = f"{self.script.events} events"
+            task["artifacts"] = [
+                {
+                    "artifactId": f"{self.id}-result",
+                    "name": "result",
+                    "parts": [{"kind": "text", "text": text}],
+                }
+            ]
+        return task
+
+    def _agent_message(self, text: str) -> dict[str, Any]:
+        return {
+            "role": "agent",
+            "parts": [{"kind": "text", "text": text}],
+            "messageId": f"{self.id}-status",
+            "taskId": self.id,
+            "contextId": self.context_id,
+            "kind": "message",
+        }
+
+
+@attrs.define(eq=False)
+class _FaultState:
+    """What a fault has done so far; reset whenever the fault is set."""
+
+    reads: int = 0
+    since: float | None = None
+    gone: bool = False
+
+
+@attrs.define(eq=False)
+class ReferenceAgent:
+    """A scripted A2A agent serving the live trajectory extension; an ASGI app.
+
+    Every ``message/send`` starts a task that runs :attr:`script` (read when the
+    message arrives, so it can change between tasks) and answers at once with the
+    task, whatever ``configuration.blocking`` says; a message naming a running
+    task's ``taskId`` joins its history. :attr:`fault` makes the agent misbehave
+    until it is set back to ``None``. Use it in-process with :meth:`client` (or
+    :meth:`transport`), or on a loopback socket with
+    :func:`~follower.testing.serve_agent`.
+    """
+
+    script: TaskScript = attrs.field(factory=TaskScript)
+    _fault: Fault | None = attrs.field(default=None, alias="fault")
+    card_url: str | None = None
+    """The ``url`` the card names; by default the base URL the card is read at."""
+    name: str = "reference agent"
+    max_events_per_read: int = attrs.field(
+        default=MAX_EVENTS_PER_READ, validator=attrs.validators.ge(1)
+    )
+    max_bytes_per_read: int = attrs.field(
+        default=MAX_BYTES_PER_READ, validator=attrs.validators.ge(1)
+    )
+    _tasks: dict[str, _Task] = attrs.field(factory=dict, init=False)
+    _fault_state: _FaultState = attrs.field(factory=_FaultState, init=False)
+    _reads: int = attrs.field(default=0, init=False)
+    _rpc_calls: int = attrs.field(default=0, init=False)
+    _dropped: int = attrs.field(default=0, init=False)
+    _read_seen: anyio.Event | None = attrs.field(default=None, init=False)
+
+    # --- the test's controls ------------------------------------------------------
+
+    @property
+    def fault(self) -> Fault | None:
+        """The fault in effect, or ``None``; settable at any time."""
+        return self._fault
+
+    @fault.setter
+    def fault(self, fault: Fault | None) -> None:
+        self._fault = fault
+        self._fault_state = _FaultState()
+        if fault is not None and fault.kind is FaultKind.RESTART:
+            self._tasks.clear()
+
+    def statistics(self) -> AgentStatistics:
+        return AgentStatistics(
+            tasks=len(self._tasks),
+            reads=self._reads,
+            rpc_calls=self._rpc_calls,
+            dropped_connections=self._dropped,
+        )
+
+    async def wait_reads(self, count: int) -> None:
+        """Return once ``count`` trajectory reads in all have reached the agent."""
+        while self._reads < count:
+            if self._read_seen is None:
+                self._read_seen = anyio.Event()
+            await self._read_seen.wait()
+
+    def card(self, base_url: str) -> dict[str, Any]:
+        """The agent card, as served at ``base_url``."""
+        return {
+            "name": self.name,
+            "description": "A scripted agent that serves the live trajectory extension, for tests.",
+            "url": self.card_url or base_url,
+            "version": "1.0.0",
+            "protocolVersion": "0.3.0",
+            "preferredTransport": "JSONRPC",
+            "capabilities": {
+                "streaming": False,
+                "pushNotifications": False,
+                "stateTransitionHistory": False,
+                "extensions": [TRAJECTORY_EXTENSION],
+            },
+            "defaultInputModes": ["text/plain"],
+            "defaultOutputModes": ["text/plain"],
+            "skills": [
+                {
+                    "id": "scripted-task",
+                    "name": "Scripted task",
+                    "description": "Runs a scripted task whose events are read live.",
+                    "tags": ["testing", "trajectory"],
+                }
+            ],
+        }
+
+    # --- in-process use -----------------------------------------------------------
+
+    def transport(self) -> httpx.AsyncBaseTransport:
+        """An in-process transport to this agent that plays connection-level faults."""
+        return _AgentTransport(self)
+
+    def client(self, **kwargs: Any) -> httpx.AsyncClient:
+        """An ``httpx.AsyncClient`` on :meth:`transport`, based at ``http://agent.test/``."""
+        kwargs.setdefault("base_url", "http://agent.test")
+        return httpx.AsyncClient(transport=self.transport(), **kwargs)
+
+    # --- faults seen by the carriers ----------------------------------------------
+
+    def _drops_connection(self) -> bool:
+        """Whether a request arriving now gets a closed connection."""
+        fault = self._fault
+        if fault is None:
+            return False
+        if fault.kind is FaultKind.CLOSE:
+            return True
+        if fault.kind is not FaultKind.GONE or fault.after_events is None:
+            return False
+        state = self._fault_state
+        if not state.gone:
+            now = anyio.current_time()
+            times = (task.gone_at(fault.after_events) for task in self._tasks.values())
+            state.gone = any(at is not None and now + 1e-9 >= at for at in times)
+        return state.gone
+
+    def _note_dropped(self) -> None:
+        self._dropped += 1
+
+    # --- ASGI ---------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        method: str = scope["method"]
+        body = await _read_body(receive)
+        if path == TRAJECTORY_PATH:
+            self._note_read()
+        elif path == RPC_PATH and method == "POST":
+            self._rpc_calls += 1
+        if self._drops_connection():
+            # Reached only through a carrier that does not play the fault (another
+            # server, a bare ASGITransport): fail the exchange as best we can.
+            self._note_dropped()
+            raise httpx.RemoteProtocolError("the reference agent dropped the connection")
+        if self._fault is not None and self._fault.kind is FaultKind.SILENT:
+            await _until_disconnected(receive)
+            return
+        if path in CARD_PATHS:
+            if method not in ("GET", "HEAD"):
+                await _respond(send, 405, b"method not allowed", _TEXT, allow=b"GET")
+                return
+            await _respond(send, 200, _dumps(self.card(_base_url(scope))), _JSON)
+        elif path == TRAJECTORY_PATH:
+            await self._trajectory(method, body, receive, send)
+        elif path == RPC_PATH:
+            if method != "POST":
+                await _respond(send, 405, b"method not allowed", _TEXT, allow=b"POST")
+                return
+            await _respond(send, 200, _dumps(self._rpc(body)), _JSON)
+        else:
+            await _respond(send, 404, b"not found", _TEXT)
+
+    def _note_read(self) -> None:
+        self._reads += 1
+        if self._read_seen is not None:
+            self._read_seen.set()
+            self._read_seen = None
+
+    # --- the cursor read ----------------------------------------------------------
+
+    async def _trajectory(
+        self, method: str, body: bytes | None, receive: Receive, send: Send
+    ) -> None:
+        if method != "POST":
+            await _respond(send, 405, b"method not allowed: use POST", _TEXT, allow=b"POST")
+            return
+        fault = self._fault
+        if fault is not None and fault.kind is FaultKind.SLOW and fault.seconds is not None:
+            with anyio.move_on_after(fault.seconds):
+                await _until_disconnected(receive)
+                return  # the client gave up: nobody to answer
+        if fault is not None and fault.kind is FaultKind.UNAVAILABLE and self._unavailable(fault):
+            await _respond(send, fault.status or 503, b"agent unavailable", _TEXT)
+            return
+        try:
+            page = self._read(body)
+        except _BadRead as bad:
+            await _respond(send, bad.status, bad.text.encode(), _TEXT)
+            return
+        if fault is None:
+            await _respond(send, 200, _dumps(page), _JSON)
+        elif fault.kind is FaultKind.OVERSIZED:
+            await _send_oversized(send, page, fault.size_bytes or DEFAULT_OVERSIZED_BYTES)
+        else:
+            await _respond(send, 200, _malformed(page, fault), _JSON)
+
+    def _unavailable(self, fault: Fault) -> bool:
+        state = self._fault_state
+        state.reads += 1
+        if fault.reads is not None:
+            return state.reads <= fault.reads
+        if fault.seconds is not None:
+            now = anyio.current_time()
+            if state.since is None:
+                state.since = now
+            return now < state.since + fault.seconds
+        return True
+
+    def _read(self, body: bytes | None) -> dict[str, Any]:
+        task_id, after, limit = _parse_read(body)
+        task = self._tasks.get(task_id)
+        if task is None:
+            raise _BadRead(404, f"unknown task {task_id}")
+        return self._page(task, after, limit)
+
+    def _page(self, task: _Task, after: int, limit: int | None) -> dict[str, Any]:
+        state, visible = task.progress(anyio.current_time())  # the state before the length
+        if after > visible:
+            raise _BadRead(400, f"after={after} is past the end ({visible} events)")
+        count = min(visible - after, self.max_events_per_read, limit or MAX_EVENTS_PER_READ)
+        events: list[Any] = []
+        size = 0
+        for index in range(after, after + count):
+            event = task.script.event(index)
+            size += len(_dumps(event)) + 1
+            if events and size > self.max_bytes_per_read:
+                break  # always the first event, however large
+            events.append(event)
+        return {
+            "context_id": task.context_id,
+            "task_id": task.id,
+            "state": state.value,
+            "format": task.script.format,
+            "events": events,
+            "next": after + len(events),
+            "has_more": after + len(events) < visible,
+        }
+
+    # --- A2A JSON-RPC -------------------------------------------------------------
+
+    def _rpc(self, body: bytes | None) -> dict[str, Any]:
+        request_id: str | int | None = None
+        try:
+            request = _decode_rpc(body)
+            request_id = _request_id(request)
+            method, params = _check_request(request)
+            result = self._call(method, params, request)
+        except _RpcError as error:
+            answer: dict[str, Any] = {"error": {"code": error.code, "message": error.message}}
+            if request_id is not None:
+                answer["id"] = request_id
+            answer["jsonrpc"] = "2.0"
+            return answer
+        return {"id": request_id, "jsonrpc": "2.0", "result": result}
+
+    def _call(self, method: str, params: Any, request: dict[str, Any]) -> dict[str, Any]:
+        if method in _UNSUPPORTED_METHODS:
+            raise _RpcError(_UNSUPPORTED_METHODS[method])
+        handler = {
+            "message/send": self._send_message,
+            "tasks/get": self._get_task,
+            "tasks/cancel": self._cancel_task,
+        }.get(method)
+        if handler is None:
+            raise _RpcError(METHOD_NOT_FOUND)
+        if not isinstance(request.get("id"), str | int) or isinstance(request["id"], bool):
+            raise _RpcError(INVALID_PARAMS, "a request needs an id")
+        if not isinstance(params, dict):
+            raise _RpcError(INVALID_PARAMS, "params must be an object")
+        return handler(params)
+
+    def _send_message(self, params: dict[str, Any]) -> dict[str, Any]:
+        message = _check_message(params.get("message"))
+        configuration = params.get("configuration")
+        if configuration is not None and not isinstance(configuration, dict):
+            raise _RpcError(INVALID_PARAMS, "configuration must be an object")
+        history_length = _history_length(configuration or {})
+        now = anyio.current_time()
+        task_id = message.get("taskId")
+        if task_id is not None:
+            task = self._known_task(task_id)
+            if task.is_terminal(now):
+                raise _RpcError(INVALID_PARAMS, f"Task {task_id} is in terminal state")
+            task.history.append({**message, "contextId": task.context_id})
+            return task.to_json(now, history_length)
+        task = _Task(
+            id=str(uuid.uuid4()),
+            context_id=message.get("contextId") or str(uuid.uuid4()),
+            script=self.script,
+            started_at=now,
+            wall_start=datetime.now(UTC),
+            history=[],
+        )
+        task.history.append({**message, "taskId": task.id, "contextId": task.context_id})
+        self._tasks[task.id] = task
+        return task.to_json(now, history_length)
+
+    def _get_task(self, params: dict[str, Any]) -> dict[str, Any]:
+        task = self._known_task(_task_id_param(params))
+        return task.to_json(anyio.current_time(), _history_length(params))
+
+    def _cancel_task(self, params: dict[str, Any]) -> dict[str, Any]:
+        task = self._known_task(_task_id_param(params))
+        now = anyio.current_time()
+        if task.is_terminal(now):
+            state = task.status(now)[0]
+            raise _RpcError(
+                TASK_NOT_CANCELABLE, f"Task cannot be canceled - current state: {state}"
+            )
+        task.cancel(now)
+        return task.to_json(now)
+
+    def _known_task(self, task_id: str) -> _Task:
+        task = self._tasks.get(task_id)
+        if task is None:
+            raise _RpcError(TASK_NOT_FOUND)
+        return task
+
+
+# --- the in-process carrier -------------------------------------------------------------
+
+
+class _AgentTransport(httpx.AsyncBaseTransport):
+    """``httpx.ASGITransport`` to the agent, closing the connection when a fault says so."""
+
+    def __init__(self, agent: ReferenceAgent) -> None:
+        self._agent = agent
+        self._asgi = httpx.ASGITransport(app=agent)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        # As httpcore does on a real connection: tells clients the connection is theirs,
+        # so their deadlines time the exchange, not a wait for a pooled connection.
+        trace = request.extensions.get("trace")
+        if trace is not None:
+            await trace("http11.send_request_headers.started", {"request": request})
+            await trace("http11.send_request_headers.complete", {"return_value": None})
+        if self._agent._drops_connection():
+            self._agent._note_dropped()
+            raise httpx.RemoteProtocolError(
+                "Server disconnected without sending a response.", request=request
+            )
+        return await self._asgi.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._asgi.aclose()
+
+
+# --- request parsing --------------------------------------------------------------------
+
+
+def _parse_read(body: bytes | None) -> tuple[str, int, int | None]:
+    if body is None:
+        raise _BadRead(400, "body too large")
+    try:
+        request = json.loads(body)
+    except (ValueError, RecursionError):
+        raise _BadRead(400, "body is not JSON") from None
+    if not isinstance(request, dict):
+        raise _BadRead(400, "body is not a JSON object")
+    unknown = set(request) - {"task_id", "after", "limit"}
+    if unknown:
+        raise _BadRead(400, f"unknown fields: {', '.join(sorted(unknown))}")
+    task_id = request.get("task_id")
+    if not isinstance(task_id, str) or not task_id:
+        raise _BadRead(400, "task_id must be a non-empty string")
+    after = request.get("after", 0)
+    if not _is_int(after) or after < 0:
+        raise _BadRead(400, "after must be an integer >= 0")
+    if "limit" in request and "after" not in request:
+        raise _BadRead(400, "limit goes with after")
+    limit = request.get("limit")
+    if limit is not None and (not _is_int(limit) or not 1 <= limit <= MAX_EVENTS_PER_READ):
+        raise _BadRead(400, f"limit must be an integer in 1..{MAX_EVENTS_PER_READ}")
+    return task_id, after, limit
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _decode_rpc(body: bytes | None) -> Any:
+    if body is None:
+        raise _RpcError(INVALID_REQUEST, "Payload too large")
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise _RpcError(PARSE_ERROR, str(exc)) from None
+
+
+def _request_id(request: Any) -> str | int | None:
+    if not isinstance(request, dict):
+        return None
+    value = request.get("id")
+    return value if isinstance(value, str | int) and not isinstance(value, bool) else None
+
+
+def _check_request(request: Any) -> tuple[str, Any]:
+    if (
+        not isinstance(request, dict)
+        or request.get("jsonrpc", "2.0") != "2.0"
+        or not isinstance(request.get("method"), str)
+        or not (request.get("id") is None or _request_id(request) is not None)
+        or not (request.get("params") is None or isinstance(request["params"], dict))
+    ):
+        raise _RpcError(INVALID_REQUEST)
+    return request["method"], request.get("params")
+
+
+def _check_message(message: Any) -> dict[str, Any]:
+    if not isinstance(message, dict):
+        raise _RpcError(INVALID_PARAMS, "params.message must be an object")
+    if message.get("kind", "message") != "message":
+        raise _RpcError(INVALID_PARAMS, "params.message.kind must be 'message'")
+    if message.get("role") not in ("user", "agent"):
+        raise _RpcError(INVALID_PARAMS, "params.message.role must be 'user' or 'agent'")
+    if not isinstance(message.get("messageId"), str):
+        raise _RpcError(INVALID_PARAMS, "params.message.messageId must be a string")
+    parts = message.get("parts")
+    if not isinstance(parts, list):
+        raise _RpcError(INVALID_PARAMS, "params.message.parts must be a list")
+    for part in parts:
+        if not isinstance(part, dict) or part.get("kind") not in _PART_KINDS:
+            raise _RpcError(INVALID_PARAMS, "each part needs a kind: text, file or data")
+        if part["kind"] == "text" and not isinstance(part.get("text"), str):
+            raise _RpcError(INVALID_PARAMS, "a text part needs a text string")
+    for name in ("taskId", "contextId"):
+        if message.get(name) is not None and not isinstance(message[name], str):
+            raise _RpcError(INVALID_PARAMS, f"params.message.{name} must be a string")
+    return {"kind": "message", **message}
+
+
+def _task_id_param(params: dict[str, Any]) -> str:
+    task_id = params.get("id")
+    if not isinstance(task_id, str):
+        raise _RpcError(INVALID_PARAMS, "params.id must be a string")
+    return task_id
+
+
+def _history_length(params: dict[str, Any]) -> int | None:
+    value = params.get("historyLength")
+    if value is not None and (not _is_int(value) or value < 0):
+        raise _RpcError(INVALID_PARAMS, "historyLength must be an integer >= 0")
+    return value
+
+
+# --- pages gone wrong -------------------------------------------------------------------
+
+
+def _malformed(page: dict[str, Any], fault: Fault) -> bytes:
+    kind = fault.kind
+    if kind is FaultKind.NOT_JSON:
+        return b"<html><body>502 Bad Gateway</body></html>"
+    if kind is FaultKind.NOT_AN_OBJECT:
+        return _dumps([page])
+    bad = dict(page)
+    if kind is FaultKind.MISSING_FIELD:
+        del bad[fault.field or "next"]
+    elif kind is FaultKind.UNKNOWN_STATE:
+        bad["state"] = "paused"
+    elif kind is FaultKind.CURSOR_MISMATCH:
+        bad["next"] = page["next"] + 1
+    elif kind is FaultKind.OTHER_TASK:
+        bad["task_id"] = f"{page['task_id']}-other"
+    elif kind is FaultKind.NO_PROGRESS:
+        bad.update(events=[], next=page["next"] - len(page["events"]), has_more=True)
+    return _dumps(bad)
+
+
+async def _send_oversized(send: Send, page: dict[str, Any], size: int) -> None:
+    """A valid page padded with an extra field to ``size`` bytes, sent in chunks."""
+    head = _dumps(page)[:-1] + b',"padding":"'
+    tail = b'"}'
+    padding = max(0, size - len(head) - len(tail))
+    length = len(head) + padding + len(tail)
+    headers = [(b"content-type", _JSON), (b"content-length", str(length).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": head, "more_body": True})
+    chunk = b"x" * min(padding, _OVERSIZED_CHUNK_BYTES)
+    while padding > 0:
+        piece = chunk[:padding]
+        padding -= len(piece)
+        await send({"type": "http.response.body", "body": piece, "more_body": True})
+    await send({"type": "http.response.body", "body": tail})
+
+
+# --- ASGI plumbing ----------------------------------------------------------------------
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The request's body, or None when it is over the agent's limit."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(parts)
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > _MAX_REQUEST_BYTES:
+            return None
+        parts.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
+async def _until_disconnected(receive: Receive) -> None:
+    """Wait for the client to go away: how an ASGI app holds a request without answering."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _respond(
+    send: Send, status: int, body: bytes, content_type: bytes, *, allow: bytes | None = None
+) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    if allow is not None:
+        headers.append((b"allow", allow))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _base_url(scope: Scope) -> str:
+    host = None
+    for name, value in scope.get("headers", []):
+        if name == b"host":
+            host = value.decode("latin-1")
+            break
+    if not host:
+        server = scope.get("server")
+        if server is None:
+            host = "localhost"
+        else:
+            server_host, port = server
+            host = f"[{server_host}]" if ":" in server_host else server_host
+            if port is not None:
+                host = f"{host}:{port}"
+    return f"{scope.get('scheme', 'http')}://{host}{scope.get('root_path', '')}/"
