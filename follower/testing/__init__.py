@@ -1,0 +1,16 @@
+"""A reference A2A agent that serves the live trajectory extension, for tests.
+
+:class:`ReferenceAgent` is an ASGI app: an agent card, A2A JSON-RPC 2.0
+(``message/send``, ``tasks/get``, ``tasks/cancel``) and the cursor read of
+DESIGN §1. Its tasks run a :class:`TaskScript` computed from the clock, so it
+works in-process (:meth:`ReferenceAgent.client`), on virtual time, and on a
+loopback socket (:func:`serve_agent`, which needs the ``testing`` extra's
+hypercorn). A :class:`Fault` makes it misbehave the ways real agents do.
+"""
+
+from ._agent import AgentStatistics as AgentStatistics
+from ._agent import ReferenceAgent as ReferenceAgent
+from ._faults import Fault as Fault
+from ._faults import FaultKind as FaultKind
+from ._script import TaskScript as TaskScript
+from ._serve import serve_agent as serve_agent

@@ -1,0 +1,164 @@
+"""Serving the reference agent on a loopback socket, under trio or asyncio.
+
+Hypercorn serves the agent on a private socket; a small TCP front relays each
+connection to it. The front is what makes connection faults real: when the
+agent's fault says so (``close``, ``gone``), it closes the client's connection
+instead of relaying the request, which no ASGI app can do by itself.
+
+Who owns what: :func:`serve_agent` runs in the caller's task group. Cancelling
+that group cancels the front at once (closing every client connection) and turns
+into hypercorn's graceful shutdown, which then has nothing left to wait for.
+Hypercorn runs shielded so that its asyncio worker can finish its own cleanup
+instead of being cut short, but only for a bounded time once shutdown starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+from functools import partial
+from typing import cast
+
+import anyio
+import anyio.abc
+
+from ._agent import ReferenceAgent
+
+logger = logging.getLogger("follower.testing")
+
+# After shutdown is triggered, hypercorn gets this long before it is cancelled.
+_SHUTDOWN_BOUND_SECONDS = 5.0
+# Requests still in flight at shutdown (a slow read) get this long to finish.
+_GRACEFUL_SECONDS = 1.0
+_RELAY_ERRORS = (
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.EndOfStream,
+    OSError,
+)
+
+
+async def serve_agent(
+    agent: ReferenceAgent,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``agent`` on ``host:port`` until cancelled; start it with ``await tg.start(...)``.
+
+    Hands back the base URL, ``http://<host>:<port>/`` (the port chosen when
+    ``port`` is 0). Runs under trio (``hypercorn.trio``) and asyncio
+    (``hypercorn.asyncio``); cancelling the surrounding task group stops it
+    within milliseconds, client connections still open or not. Needs hypercorn
+    (the ``testing`` extra).
+    """
+    try:
+        import hypercorn  # noqa: F401
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            "serve_agent needs hypercorn: install follower[testing]", name=exc.name
+        ) from exc
+    upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        upstream.bind(("127.0.0.1", 0))
+        upstream.listen(128)
+        upstream.setblocking(False)
+        upstream_port: int = upstream.getsockname()[1]
+        listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+        front_port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        shutdown = anyio.Event()
+        async with listener, anyio.create_task_group() as tg:
+            tg.start_soon(_run_hypercorn, agent, upstream, shutdown)
+            tg.start_soon(listener.serve, partial(_relay, agent, upstream_port))
+            task_status.started(f"http://{_url_host(host)}:{front_port}/")
+            try:
+                await anyio.sleep_forever()
+            finally:
+                shutdown.set()
+    finally:
+        upstream.close()
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+async def _relay(agent: ReferenceAgent, upstream_port: int, client: anyio.abc.SocketStream) -> None:
+    """Relay one client connection to hypercorn, unless the agent drops it."""
+    async with client:
+        if agent._drops_connection():
+            agent._note_dropped()
+            return
+        try:
+            upstream = await anyio.connect_tcp("127.0.0.1", upstream_port)
+        except OSError:
+            return
+        async with upstream, anyio.create_task_group() as tg:
+            tg.start_soon(_pump, upstream, client, tg.cancel_scope)
+            try:
+                async for chunk in client:
+                    # Checked on every chunk, so a keep-alive connection opened while the
+                    # agent was healthy is closed at its first request after the fault.
+                    if agent._drops_connection():
+                        agent._note_dropped()
+                        break
+                    await upstream.send(chunk)
+            except _RELAY_ERRORS:
+                pass
+            tg.cancel_scope.cancel()
+
+
+async def _pump(
+    source: anyio.abc.SocketStream,
+    sink: anyio.abc.SocketStream,
+    scope: anyio.CancelScope,
+) -> None:
+    try:
+        async for chunk in source:
+            await sink.send(chunk)
+    except _RELAY_ERRORS:
+        pass
+    # Hypercorn closed its side (keep-alive timeout, shutdown): close the client's too.
+    scope.cancel()
+
+
+async def _run_hypercorn(agent: ReferenceAgent, sock: socket.socket, shutdown: anyio.Event) -> None:
+    from hypercorn.config import Config, Sockets
+    from hypercorn.typing import ASGIFramework
+    from hypercorn.utils import wrap_app
+
+    config = Config()
+    config.errorlog = logger
+    config.graceful_timeout = _GRACEFUL_SECONDS
+    sockets = Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[])
+    app = wrap_app(cast(ASGIFramework, agent), config.wsgi_max_body_size, "asgi")
+    with anyio.CancelScope(shield=True) as shielded:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_bound_after, shutdown, shielded)
+            if _running_trio():
+                from hypercorn.trio.run import worker_serve as trio_serve
+
+                await trio_serve(app, config, sockets=sockets, shutdown_trigger=shutdown.wait)
+            else:
+                from hypercorn.asyncio.run import worker_serve as asyncio_serve
+
+                await asyncio_serve(app, config, sockets=sockets, shutdown_trigger=shutdown.wait)
+            tg.cancel_scope.cancel()
+
+
+async def _bound_after(shutdown: anyio.Event, scope: anyio.CancelScope) -> None:
+    await shutdown.wait()
+    scope.deadline = anyio.current_time() + _SHUTDOWN_BOUND_SECONDS
+
+
+def _running_trio() -> bool:
+    trio = sys.modules.get("trio")
+    if trio is None:
+        return False
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
