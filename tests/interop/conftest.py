@@ -21,6 +21,9 @@ import attrs
 import httpx
 import pytest
 
+# The helpers assert on what the agent answered: show the values when they fail.
+pytest.register_assert_rewrite("tests.interop.helpers")
+
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_PROGRAM = Path(__file__).with_name("afp_agent.py")
 CARD_PATH = "/.well-known/agent-card.json"

@@ -10,14 +10,10 @@ on what the agent or the store says, never on sleeps.
 
 from __future__ import annotations
 
-import json
-import re
-import uuid
 from typing import Any
 from urllib.parse import urljoin
 
 import anyio
-import attrs
 import httpx
 import pytest
 
@@ -25,188 +21,19 @@ import follower
 from follower import FilesystemStore, LiveTurns, MemoryStore, following_live_trajectory
 
 from .conftest import RunningAgent
+from .helpers import (
+    FORMAT,
+    MAX_PAGE_EVENTS,
+    POLL,
+    PREFIX,
+    TEST_SECONDS,
+    Agent,
+    WatchedStore,
+    indexes,
+    stored_turn,
+)
 
 pytestmark = pytest.mark.anyio
-
-PREFIX = "steps/s1/"
-FORMAT = "interop-events/1"  # what afp_agent.py names its events' format
-POLL = 0.1
-TEST_SECONDS = 20.0
-TERMINAL = frozenset({"completed", "canceled", "failed", "rejected"})
-MAX_PAGE_EVENTS = 1000  # the framework's page limits (and DESIGN §1's)
-MAX_PAGE_BYTES = 4 * 1024 * 1024
-CHUNK = re.compile(r"([0-9]{8})-([0-9]{8})\.jsonl")
-
-
-@attrs.frozen
-class Served:
-    """A task's trajectory as the agent serves it through cursor reads from ``after=0``."""
-
-    state: str
-    format: str | None
-    events: list[Any]
-
-
-class Agent:
-    """Plain JSON-RPC and trajectory reads against the framework agent."""
-
-    def __init__(self, http: httpx.AsyncClient, running: RunningAgent, card: dict[str, Any]):
-        self.http = http
-        self.running = running
-        self.card = card
-        # The framework's card names its JSON-RPC URL as a path, relative to the card's URL.
-        self.a2a_url = urljoin(running.card_url, card["url"])
-        endpoint = follower.live_trajectory_endpoint(card, self.a2a_url)
-        assert endpoint is not None, f"the card offers no live read: {card}"
-        self.endpoint = endpoint
-
-    @classmethod
-    async def connect(cls, http: httpx.AsyncClient, running: RunningAgent) -> Agent:
-        answer = await http.get(running.card_url)
-        assert answer.status_code == 200, answer.text
-        return cls(http, running, answer.json())
-
-    async def rpc(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        request = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method, "params": params}
-        answer = await self.http.post(self.a2a_url, json=request)
-        assert answer.status_code == 200, f"{method}: HTTP {answer.status_code} {answer.text}"
-        body = answer.json()
-        assert "error" not in body, f"{method}: {body['error']}\n{self.running.log_tail()}"
-        result: dict[str, Any] = body["result"]
-        return result
-
-    async def send(self, context_id: str | None = None, **script: Any) -> dict[str, Any]:
-        """``message/send``, not blocking: the task as it starts (``script``: see afp_agent)."""
-        message: dict[str, Any] = {
-            "role": "user",
-            "kind": "message",
-            "messageId": uuid.uuid4().hex,
-            "parts": [{"kind": "text", "text": "go"}],
-            "metadata": {"interop": script},
-        }
-        if context_id is not None:
-            message["contextId"] = context_id
-        task = await self.rpc(
-            "message/send", {"message": message, "configuration": {"blocking": False}}
-        )
-        assert task["kind"] == "task", task
-        return task
-
-    async def state(self, task_id: str) -> str:
-        task = await self.rpc("tasks/get", {"id": task_id})
-        state: str = task["status"]["state"]
-        return state
-
-    async def wait_ended(self, task_id: str) -> str:
-        """Poll ``tasks/get`` until the task is terminal; its state."""
-        while True:
-            state = await self.state(task_id)
-            if state in TERMINAL:
-                return state
-            await anyio.sleep(0.05)
-
-    async def cancel(self, task_id: str) -> str:
-        task = await self.rpc("tasks/cancel", {"id": task_id})
-        state: str = task["status"]["state"]
-        return state
-
-    async def read(self, task_id: str, after: int) -> dict[str, Any]:
-        answer = await self.http.post(self.endpoint, json={"task_id": task_id, "after": after})
-        assert answer.status_code == 200, f"read after={after}: {answer.status_code} {answer.text}"
-        page: dict[str, Any] = answer.json()
-        return page
-
-    async def served(self, task_id: str) -> Served:
-        """A full cursor read from ``after=0``, once the trajectory is terminal.
-
-        Polls while the state is not terminal: after ``tasks/cancel`` the framework
-        publishes the task's ``canceled`` status a moment before it seals the log.
-        """
-        while True:
-            events: list[Any] = []
-            after = 0
-            while True:
-                page = await self.read(task_id, after)
-                assert page["next"] == after + len(page["events"]), page
-                events.extend(page["events"])
-                after = page["next"]
-                if not page["has_more"]:
-                    break
-            if page["state"] in TERMINAL:
-                return Served(page["state"], page["format"], events)
-            await anyio.sleep(0.05)
-
-    async def final(self, task_id: str) -> list[Any]:
-        """The completed-task read ``{task_id}``: the final trajectory as one array."""
-        answer = await self.http.post(self.endpoint, json={"task_id": task_id})
-        assert answer.status_code == 200, answer.text
-        trajectory: list[Any] = answer.json()["trajectory"]
-        return trajectory
-
-
-@attrs.frozen
-class StoredTurn:
-    """One turn's stored live trajectory, checked for contiguity as it is read back."""
-
-    chunks: list[tuple[int, int]]
-    events: list[Any]
-    end: dict[str, Any] | None
-    meta: dict[str, Any] | None
-    next: dict[str, Any] | None
-
-
-async def stored_turn(store: follower.ObjectStore, turn_id: str) -> StoredTurn:
-    prefix = f"{PREFIX}{turn_id}/live/"
-    keys = await store.list(prefix)
-    marks: dict[str, dict[str, Any]] = {}
-    chunks: list[tuple[int, int]] = []
-    for key in keys:
-        name = key.removeprefix(prefix)
-        match = CHUNK.fullmatch(name)
-        if match:
-            chunks.append((int(match.group(1)), int(match.group(2))))
-        else:
-            assert name in {"meta.json", "end.json", "next.json"}, f"unexpected object {key}"
-            marks[name] = json.loads(await store.get(key))
-    chunks.sort()
-    events: list[Any] = []
-    for after, next_ in chunks:
-        assert after == len(events), f"chunks are not contiguous: {chunks}"
-        body = await store.get(f"{prefix}{after:08d}-{next_:08d}.jsonl")
-        lines = body.splitlines()
-        assert len(lines) == next_ - after, f"chunk {after}-{next_} holds {len(lines)} lines"
-        for line in lines:
-            event = json.loads(line)
-            assert line == json.dumps(event, separators=(",", ":")).encode(), "not compact JSON"
-            events.append(event)
-    return StoredTurn(
-        chunks, events, marks.get("end.json"), marks.get("meta.json"), marks.get("next.json")
-    )
-
-
-class WatchedStore(MemoryStore):
-    """A memory store that tells who waits on it that an object was stored."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._stored = anyio.Event()
-
-    async def put(self, key: str, body: bytes, *, content_type: str) -> None:
-        await super().put(key, body, content_type=content_type)
-        self._stored.set()
-        self._stored = anyio.Event()
-
-    async def wait_events(self, turn_id: str, events: int) -> None:
-        """Return once at least ``events`` events of the turn are stored."""
-        while True:
-            stored = self._stored
-            if len((await stored_turn(self, turn_id)).events) >= events:
-                return
-            await stored.wait()
-
-
-def indexes(events: list[Any]) -> list[int]:
-    return [event["index"] for event in events]
 
 
 async def test_the_card_offers_the_live_cursor_read(afp_agent: RunningAgent) -> None:
