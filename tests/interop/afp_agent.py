@@ -7,7 +7,8 @@ Run by the interop venv's python (tools/interop-venv), never imported by the tes
 It serves the framework's A2A agent on 127.0.0.1 with the live trajectory extension
 (``enable(TRAJECTORY_V1, live=True)``) and prints ``listening on <url>`` once its socket
 listens. Each task appends ``events`` events, one every ``interval`` seconds, then
-completes. A message's metadata may override that per task under ``"interop"``:
+completes. A message may override that per task, in its metadata under ``"interop"``
+or as its text, a JSON object:
 
 - ``events``, ``interval``: as the command line's;
 - ``pad_bytes``: each event carries a string of that many bytes (large pages);
@@ -122,7 +123,7 @@ def build_agent(events: int, interval: float, reads: CursorReads) -> AgentEnvAge
     )
     class ScriptedAgent(AgentEnvAgent):
         async def run(self, request: TaskRequest[AgentConfig]) -> TaskResult:
-            script = dict(request.metadata.get("interop") or {})
+            script = _script(request)
             count = int(script.get("events", events))
             every = float(script.get("interval", interval))
             pad = "x" * int(script.get("pad_bytes", 0))
@@ -145,6 +146,18 @@ def build_agent(events: int, interval: float, reads: CursorReads) -> AgentEnvAge
             return TaskResult.text(f"appended {count} events")
 
     return ScriptedAgent()
+
+
+def _script(request: TaskRequest[AgentConfig]) -> dict[str, Any]:
+    """The task's script: the message's ``interop`` metadata, or its text if that is JSON."""
+    script = request.metadata.get("interop")
+    if script is None:
+        for part in request.parts:
+            text = getattr(part, "text", None)
+            if isinstance(text, str) and text.lstrip().startswith("{"):
+                script = json.loads(text)
+                break
+    return dict(script or {})
 
 
 def main() -> None:
