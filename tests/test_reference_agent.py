@@ -32,9 +32,11 @@ from follower import (
     TrajectoryBatch,
     TrajectoryState,
     UnknownStateError,
+    connect_agent,
     follow_trajectory,
     live_trajectory_endpoint,
     read_live_trajectory,
+    run_a2a_turn,
 )
 from follower._http import read_page
 from follower._wire import Page
@@ -291,6 +293,7 @@ async def test_cancel_seals_the_log() -> None:
     assert page.state is TrajectoryState.CANCELED
     assert page.last
     assert again["error"]["code"] == -32002
+    assert agent.statistics().canceled_tasks == 1
 
 
 async def test_finished_task_is_not_cancelable() -> None:
@@ -362,6 +365,42 @@ async def test_live_turns_store_a_trajectory_readers_read_back() -> None:
             turn.ended(await wait_for_task(client, task["id"]))
         read = [stored.event async for stored in read_live_trajectory(store, "steps/s1/", "turn-1")]
     assert indexes(read) == list(range(8))
+
+
+async def test_a_whole_a2a_turn_of_the_library_is_stored() -> None:
+    agent = ReferenceAgent(script=TaskScript(events=15, interval_seconds=0.2))
+    store = MemoryStore()
+    with anyio.fail_after(600):
+        async with agent.client() as client, connect_agent(BASE, client=client) as a2a:
+            assert a2a.trajectory_endpoint == ENDPOINT
+            async with LiveTurns(
+                ENDPOINT, store, "steps/s1/", poll_interval_seconds=0.5, client=client
+            ) as turns:
+                final = await run_a2a_turn(a2a, turns, "turn-1", "run", task_poll_seconds=0.5)
+        read = [stored.event async for stored in read_live_trajectory(store, "steps/s1/", "turn-1")]
+    assert final.state == "completed"
+    assert indexes(read) == list(range(15))
+
+
+async def test_a_cancelled_step_cancels_the_agents_task() -> None:
+    agent = ReferenceAgent(script=TaskScript(events=100, interval_seconds=1.0))
+    store = MemoryStore()
+    with anyio.fail_after(600):
+        async with (
+            agent.client() as client,
+            connect_agent(BASE, client=client) as a2a,
+            LiveTurns(
+                ENDPOINT, store, "steps/s1/", poll_interval_seconds=0.5, client=client
+            ) as turns,
+        ):
+            with anyio.move_on_after(5.25) as step:
+                await run_a2a_turn(a2a, turns, "turn-1", "run", task_poll_seconds=0.5)
+        end = json.loads(await store.get("steps/s1/turn-1/live/end.json"))
+        stored = await stored_events(store, "steps/s1/turn-1/live/")
+    assert step.cancelled_caught
+    assert agent.statistics().canceled_tasks == 1
+    assert end == {"state": "canceled", "next": len(stored)}
+    assert indexes(stored) == list(range(6))  # events 0..5 were out by 5.25 s
 
 
 async def test_a_read_holds_at_most_1000_events() -> None:
@@ -663,7 +702,7 @@ async def test_slow_reads_take_their_time() -> None:
     assert took == pytest.approx(4.0)
     assert page.last
     assert agent.statistics() == AgentStatistics(
-        tasks=1, reads=2, rpc_calls=1, dropped_connections=0
+        tasks=1, reads=2, rpc_calls=1, dropped_connections=0, canceled_tasks=0
     )
 
 

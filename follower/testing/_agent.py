@@ -94,6 +94,8 @@ class AgentStatistics:
     """A2A JSON-RPC requests that reached it."""
     dropped_connections: int
     """Requests answered by closing the connection (``close`` and ``gone``)."""
+    canceled_tasks: int
+    """Tasks canceled by ``tasks/cancel``."""
 
 
 class _RpcError(Exception):
@@ -236,6 +238,7 @@ class ReferenceAgent:
     _reads: int = attrs.field(default=0, init=False)
     _rpc_calls: int = attrs.field(default=0, init=False)
     _dropped: int = attrs.field(default=0, init=False)
+    _canceled: int = attrs.field(default=0, init=False)
     _read_seen: anyio.Event | None = attrs.field(default=None, init=False)
 
     # --- the test's controls ------------------------------------------------------
@@ -253,11 +256,13 @@ class ReferenceAgent:
             self._tasks.clear()
 
     def statistics(self) -> AgentStatistics:
+        """What the agent has seen so far."""
         return AgentStatistics(
             tasks=len(self._tasks),
             reads=self._reads,
             rpc_calls=self._rpc_calls,
             dropped_connections=self._dropped,
+            canceled_tasks=self._canceled,
         )
 
     async def wait_reads(self, count: int) -> None:
@@ -512,6 +517,7 @@ class ReferenceAgent:
                 TASK_NOT_CANCELABLE, f"Task cannot be canceled - current state: {state}"
             )
         task.cancel(now)
+        self._canceled += 1
         return task.to_json(now)
 
     def _known_task(self, task_id: str) -> _Task:
