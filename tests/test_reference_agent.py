@@ -275,6 +275,28 @@ async def test_json_rpc_errors(body: Any, code: int) -> None:
     assert answer.json()["error"]["code"] == code
 
 
+async def test_a_message_naming_a_running_task_joins_it() -> None:
+    agent = ReferenceAgent(script=TaskScript(events=3, interval_seconds=1.0))
+    with anyio.fail_after(60):
+        async with agent.client() as client:
+            task = await send_message(client)
+            more = {**user_message("more"), "messageId": "m-2", "taskId": task["id"]}
+            joined = (await rpc(client, "message/send", {"message": more}))["result"]
+            unknown = {**more, "taskId": "nope"}
+            missing = await rpc(client, "message/send", {"message": unknown})
+            await wait_for_task(client, task["id"])
+            late = await rpc(client, "message/send", {"message": more})
+            routes = [
+                (await client.get("/")).status_code,
+                (await client.get("/elsewhere")).status_code,
+            ]
+    assert joined["id"] == task["id"]
+    assert [m["messageId"] for m in joined["history"]] == ["m-1", "m-2"]
+    assert missing["error"]["code"] == -32001
+    assert late["error"]["code"] == -32602
+    assert routes == [405, 404]
+
+
 async def test_cancel_seals_the_log() -> None:
     agent = ReferenceAgent(script=TaskScript(events=10, interval_seconds=1.0))
     with anyio.fail_after(60):

@@ -76,6 +76,17 @@ _UNSUPPORTED_METHODS = {
     "tasks/pushNotificationConfig/delete": PUSH_NOT_SUPPORTED,
 }
 _PART_KINDS = ("text", "file", "data")
+_MALFORMATIONS = frozenset(
+    {
+        FaultKind.NOT_JSON,
+        FaultKind.NOT_AN_OBJECT,
+        FaultKind.MISSING_FIELD,
+        FaultKind.UNKNOWN_STATE,
+        FaultKind.CURSOR_MISMATCH,
+        FaultKind.OTHER_TASK,
+        FaultKind.NO_PROGRESS,
+    }
+)
 
 
 def _dumps(value: Any) -> bytes:
@@ -396,12 +407,12 @@ class ReferenceAgent:
         except _BadRead as bad:
             await _respond(send, bad.status, bad.text.encode(), _TEXT)
             return
-        if fault is None:
-            await _respond(send, 200, _dumps(page), _JSON)
-        elif fault.kind is FaultKind.OVERSIZED:
+        if fault is not None and fault.kind is FaultKind.OVERSIZED:
             await _send_oversized(send, page, fault.size_bytes or DEFAULT_OVERSIZED_BYTES)
-        else:
+        elif fault is not None and fault.kind in _MALFORMATIONS:
             await _respond(send, 200, _malformed(page, fault), _JSON)
+        else:
+            await _respond(send, 200, _dumps(page), _JSON)
 
     def _unavailable(self, fault: Fault) -> bool:
         state = self._fault_state
