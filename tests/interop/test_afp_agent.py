@@ -10,7 +10,7 @@ on what the agent or the store says, never on sleeps.
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
 from urllib.parse import urljoin
 
 import anyio
@@ -217,7 +217,7 @@ async def test_an_unknown_task_ends_following_quietly(afp_agent: RunningAgent) -
 
 
 async def test_two_turns_in_one_context_are_linked_and_read_back(
-    afp_agent: RunningAgent, tmp_path: Any
+    afp_agent: RunningAgent, tmp_path: Path
 ) -> None:
     store = FilesystemStore(tmp_path)
     with anyio.fail_after(TEST_SECONDS):
