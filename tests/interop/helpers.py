@@ -118,8 +118,9 @@ class Agent:
     async def served(self, task_id: str) -> Served:
         """A full cursor read from ``after=0``, once the trajectory is terminal.
 
-        Polls while the state is not terminal: after ``tasks/cancel`` the framework
-        publishes the task's ``canceled`` status a moment before it seals the log.
+        Polls while the state is not terminal: on ``tasks/cancel`` the framework publishes
+        ``canceled`` from its cancel handler but seals the log only when ``run()`` gets
+        the cancel, so the log can still read ``running`` just after the status changed.
         """
         while True:
             events: list[Any] = []
