@@ -4,6 +4,9 @@
 test:  ## lint, types, and the suite on Python 3.11, 3.12 and 3.13, asyncio and trio
 	@tools/test
 
+demo:  ## the main job: a 3-turn step against the reference agent, stored under ./follower-demo/
+	@py=$$(tools/venv $${DEMO_PYTHON:-3.11} testing,trio) && $$py -m follower demo
+
 lint:  ## ruff (with ASYNC rules) and mypy --strict
 	@tools/lint
 

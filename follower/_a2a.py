@@ -15,11 +15,12 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin
 
 import anyio
 import attrs
 
-from ._discovery import live_trajectory_endpoint
+from ._discovery import live_trajectory_endpoint, same_origin
 from ._errors import (
     A2AProtocolError,
     AgentCardError,
@@ -180,36 +181,60 @@ async def connect_agent(
     client: httpx.AsyncClient | None = None,
     timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
 ) -> AsyncIterator[A2AAgent]:
-    """Fetch the agent card at ``url`` and yield the agent, with its live read (or None).
+    """Fetch the agent card under ``url`` and yield the agent, with its live read (or None).
 
-    Without ``client``, one is leased from the loop's shared pool for the block.
+    The card is looked for under ``url``, then at the root of its origin (as A2A
+    places it). JSON-RPC goes to the URL the card names, resolved against the
+    card's own address (cards often say just ``"/a2a"``); a card naming another
+    origin (a public address behind a proxy, say) is not followed there: the
+    agent is reached where its card was found. Without ``client``, one is leased
+    from the loop's shared pool for the block.
     """
     async with leased_client(client) as leased:
-        card = await fetch_agent_card(leased, url, timeout_seconds=timeout_seconds)
-        yield A2AAgent(url, card, leased, timeout_seconds=timeout_seconds)
+        card_url, card = await fetch_agent_card(leased, url, timeout_seconds=timeout_seconds)
+        yield A2AAgent(_rpc_url(card, card_url, url), card, leased, timeout_seconds=timeout_seconds)
 
 
 async def fetch_agent_card(
     client: httpx.AsyncClient, url: str, *, timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS
-) -> Mapping[str, Any]:
-    card_url = url.rstrip("/") + AGENT_CARD_PATH
-    status, body = await exchange(
-        client,
-        "GET",
-        card_url,
-        timeout_seconds=timeout_seconds,
-        max_body_bytes=_MAX_RPC_BYTES,
-        what="agent card",
-    )
-    if status != 200:
-        raise AgentCardError(f"no agent card at {card_url}: HTTP {status}")
-    try:
-        card = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise AgentCardError(f"the agent card at {card_url} is not JSON") from exc
-    if not isinstance(card, Mapping):
-        raise AgentCardError(f"the agent card at {card_url} is not a JSON object")
-    return card
+) -> tuple[str, Mapping[str, Any]]:
+    """The agent card's URL and the card, looked for under ``url``, then at its origin's root."""
+    candidates = [url.rstrip("/") + AGENT_CARD_PATH]
+    root = urljoin(url, AGENT_CARD_PATH)
+    if root not in candidates:
+        candidates.append(root)
+    for card_url in candidates:
+        status, body = await exchange(
+            client,
+            "GET",
+            card_url,
+            timeout_seconds=timeout_seconds,
+            max_body_bytes=_MAX_RPC_BYTES,
+            what="agent card",
+        )
+        if status == 404 and card_url != candidates[-1]:
+            continue
+        if status != 200:
+            raise AgentCardError(f"no agent card at {card_url}: HTTP {status}")
+        try:
+            card = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise AgentCardError(f"the agent card at {card_url} is not JSON") from exc
+        if not isinstance(card, Mapping):
+            raise AgentCardError(f"the agent card at {card_url} is not a JSON object")
+        return card_url, card
+    raise AssertionError("unreachable: the last candidate returns or raises")
+
+
+def _rpc_url(card: Mapping[str, Any], card_url: str, given_url: str) -> str:
+    named = card.get("url")
+    if not isinstance(named, str) or not named:
+        return given_url
+    resolved = urljoin(card_url, named)
+    if same_origin(resolved, card_url):
+        return resolved
+    logger.info("the card names %s, off the origin it was read at; using %s", named, given_url)
+    return given_url
 
 
 async def run_a2a_turn(

@@ -116,6 +116,12 @@ def _origin(url: str) -> tuple[str, str, int] | None:
     return scheme, hostname.lower(), port or _DEFAULT_PORTS[scheme]
 
 
+def same_origin(url: str, other: str) -> bool:
+    """Whether two http(s) URLs share scheme, host and port (no user info allowed)."""
+    origin = _origin(url)
+    return origin is not None and origin == _origin(other)
+
+
 def _resolve_on_origin(endpoint: str, a2a_url: str) -> str | None:
     origin = _origin(a2a_url)
     if origin is None or not _printable(endpoint):

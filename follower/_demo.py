@@ -1,0 +1,316 @@
+"""``follower demo`` and ``follower agent``: the reference agent, served and followed.
+
+The demo is the main job end to end: it serves the reference agent on loopback,
+runs a step of several A2A turns against it (message, live trajectory, wait),
+stores the trajectory under a folder, shows each turn as it is read back from
+the store, and checks at the end that every turn is stored, linked and ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+import time
+from functools import partial
+from typing import Any, TextIO
+
+import anyio
+
+from ._a2a import connect_agent, run_a2a_turn
+from ._errors import FollowerError
+from ._keys import check_prefix
+from ._layout import END, NEXT, parse_chunk_name, turn_prefix
+from ._reader import read_live_trajectory
+from ._stores import ObjectStore
+from ._turns import LiveTurns
+
+DEMO_TASK_DEADLINE_SECONDS = 15.0
+DEMO_A2A_TIMEOUT_SECONDS = 2.0
+DEMO_DRAIN_SECONDS = 5.0
+FAULT_NAMES = (
+    "close, silent, unavailable[:READS], not-json, not-an-object, missing-field, "
+    "unknown-state, cursor-mismatch, other-task, no-progress, oversized, gone[:EVENTS], "
+    "restart, slow[:SECONDS]"
+)
+
+
+def parse_fault(text: str | None, events_per_task: int) -> Any:
+    """A :class:`~follower.testing.Fault` from ``kind[:parameter]``, or None."""
+    from .testing import Fault, FaultKind
+
+    if text is None:
+        return None
+    kind_text, _, parameter = text.partition(":")
+    try:
+        kind = FaultKind(kind_text)
+    except ValueError:
+        raise ValueError(f"unknown fault {text!r}; one of: {FAULT_NAMES}") from None
+    try:
+        if kind is FaultKind.UNAVAILABLE:
+            return Fault.unavailable(reads=int(parameter)) if parameter else Fault.unavailable()
+        if kind is FaultKind.GONE:
+            return Fault.gone(int(parameter) if parameter else max(1, events_per_task // 2))
+        if kind is FaultKind.SLOW:
+            return Fault.slow(float(parameter) if parameter else 1.0)
+    except ValueError as exc:
+        raise ValueError(f"bad fault {text!r}: {exc}") from None
+    if parameter:
+        raise ValueError(f"fault {kind.value!r} takes no parameter")
+    return getattr(Fault, kind.name.lower())()
+
+
+def _reference_agent(args: argparse.Namespace, *, outcome: str = "completed") -> Any:
+    from .testing import ReferenceAgent, TaskScript
+
+    script = TaskScript(
+        events=args.events,
+        interval_seconds=args.interval,
+        event_bytes=getattr(args, "event_bytes", 64),
+        outcome=outcome,
+    )
+    return ReferenceAgent(script=script)
+
+
+async def serve_reference_agent(args: argparse.Namespace) -> None:
+    """``follower agent``: serve until interrupted."""
+    from ._cli import EXIT_USAGE, CommandError
+    from .testing import serve_agent
+
+    agent = _reference_agent(args, outcome=args.final_state)
+    try:
+        agent.fault = parse_fault(args.fault, args.events)
+    except ValueError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from None
+    async with anyio.create_task_group() as tg:
+        try:
+            url = await tg.start(partial(serve_agent, agent, host=args.host, port=args.port))
+        except OSError as exc:
+            raise CommandError(f"cannot listen on {args.host}:{args.port}: {exc}", 3) from None
+        print(f"reference agent serving on {url}", flush=True)
+        print(f"  card: {url}.well-known/agent-card.json", flush=True)
+
+
+class TurnDisplay:
+    """Each turn's progress: a bar redrawn in place on a terminal, lines elsewhere."""
+
+    def __init__(self, events_per_turn: int, out: TextIO) -> None:
+        self._total = max(events_per_turn, 1)
+        self._out = out
+        self._live = out.isatty()
+        self._shown: dict[str, int] = {}
+        self._finished: set[str] = set()
+
+    def update(self, turn_id: str, count: int) -> None:
+        if turn_id in self._finished:
+            return
+        previous = self._shown.get(turn_id, 0)
+        self._shown[turn_id] = count
+        if self._live:
+            self._draw(turn_id, count, "reading", end="\r")
+        elif count // 10 > previous // 10:
+            self._draw(turn_id, count, "reading")
+
+    def finish(self, turn_id: str, count: int, state: str) -> None:
+        self._finished.add(turn_id)
+        self._draw(turn_id, count, state)
+
+    def _draw(self, turn_id: str, count: int, state: str, end: str = "\n") -> None:
+        width = 24
+        filled = min(width, width * count // self._total)
+        bar = "#" * filled + "-" * (width - filled)
+        self._out.write(f"  {turn_id:<8} [{bar}] {count:>5} events  {state:<10}{end}")
+        self._out.flush()
+
+
+async def run_demo(args: argparse.Namespace) -> int:
+    """``follower demo``: a step of ``args.turns`` turns against the reference agent."""
+    from ._cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CommandError, store_at
+    from .testing import serve_agent
+
+    if args.turns < 1 or args.events < 0 or args.interval < 0:
+        raise CommandError("--turns must be >= 1, --events and --interval >= 0", EXIT_USAGE)
+    agent = _reference_agent(args)
+    try:
+        fault = parse_fault(args.fault, args.events)
+    except ValueError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from None
+    store = store_at(args.store, must_exist=False)
+    step = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+    prefix = check_prefix(f"steps/{step}/")
+    turn_ids = [f"turn-{n}" for n in range(1, args.turns + 1)]
+    out = sys.stdout
+    display = TurnDisplay(args.events, out)
+    started = anyio.current_time()
+    outcome = "completed"
+
+    async with anyio.create_task_group() as tg:
+        url = await tg.start(serve_agent, agent)
+        out.write(f"reference agent on {url} (fault: {args.fault or 'none'})\n")
+        out.write(f"storing the step under {store.root / prefix}\n")
+        out.write(f"{len(turn_ids)} turns of {args.events} events, one every {args.interval} s\n")
+        out.flush()
+        watched = anyio.Event()
+        tg.start_soon(_watch, store, prefix, turn_ids[0], display, watched)
+        if fault is not None:
+            tg.start_soon(_inject_fault, agent, fault)
+        try:
+            await _run_step(url, store, prefix, turn_ids, display)
+        except Exception as exc:
+            outcome = f"failed: {type(exc).__name__}: {exc}"
+        # The watcher ends once it reads the last turn's null link; give it a moment.
+        with anyio.move_on_after(5):
+            await watched.wait()
+        tg.cancel_scope.cancel()
+
+    elapsed = anyio.current_time() - started
+    report = await _summarise(store, prefix, turn_ids)
+    out.write(f"\nstep {outcome} in {elapsed:.1f} s\n")
+    for line in report.lines:
+        out.write(f"  {line}\n")
+    out.write(f"{report.verdict}\n")
+    out.write(f"stored under {store.root / prefix}\n")
+    out.flush()
+    return EXIT_OK if report.ok else EXIT_ERROR
+
+
+async def _run_step(
+    url: str,
+    store: ObjectStore,
+    prefix: str,
+    turn_ids: list[str],
+    display: TurnDisplay,
+) -> None:
+    async with connect_agent(url, timeout_seconds=DEMO_A2A_TIMEOUT_SECONDS) as a2a:
+        if a2a.trajectory_endpoint is None:
+            raise FollowerError("the reference agent's card offers no live trajectory")
+        async with LiveTurns(
+            a2a.trajectory_endpoint,
+            store,
+            prefix,
+            poll_interval_seconds=0.1,
+            drain_seconds=DEMO_DRAIN_SECONDS,
+        ) as turns:
+            context_id = None
+            for number, turn_id in enumerate(turn_ids, 1):
+                task = await _turn(a2a, turns, turn_id, number, context_id, store, prefix, display)
+                context_id = task.context_id
+
+
+async def _turn(
+    a2a: Any,
+    turns: LiveTurns,
+    turn_id: str,
+    number: int,
+    context_id: str | None,
+    store: ObjectStore,
+    prefix: str,
+    display: TurnDisplay,
+) -> Any:
+    try:
+        return await run_a2a_turn(
+            a2a,
+            turns,
+            turn_id,
+            f"demo message {number}",
+            context_id=context_id,
+            task_deadline_seconds=DEMO_TASK_DEADLINE_SECONDS,
+            task_poll_seconds=0.1,
+        )
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+            mark = await _end_mark(store, prefix, turn_id)
+            if mark is not None:
+                display.finish(turn_id, mark.get("next", 0), str(mark.get("state")))
+
+
+async def _inject_fault(agent: Any, fault: Any) -> None:
+    """Misbehave once the step is under way: its first turn has read once."""
+    await agent.wait_reads(1)
+    agent.fault = fault
+
+
+async def _watch(
+    store: ObjectStore, prefix: str, first_turn: str, display: TurnDisplay, done: anyio.Event
+) -> None:
+    """Show the step as a reader of the store sees it, until its last turn."""
+    try:
+        async for stored in read_live_trajectory(
+            store, prefix, first_turn, poll_interval_seconds=0.05
+        ):
+            display.update(stored.turn_id, stored.index + 1)
+    except FollowerError as exc:
+        print(f"follower: the demo's reader stopped: {exc}", file=sys.stderr)
+    finally:
+        done.set()
+
+
+async def _end_mark(store: ObjectStore, prefix: str, turn_id: str) -> dict[str, Any] | None:
+    try:
+        mark = json.loads(await store.get(turn_prefix(prefix, turn_id) + END))
+    except (FollowerError, ValueError):
+        return None
+    return mark if isinstance(mark, dict) else None
+
+
+class _Report:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.problems: list[str] = []
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def verdict(self) -> str:
+        if self.ok:
+            return "every followed turn is stored, contiguous, linked and ended"
+        return "PROBLEMS: " + "; ".join(self.problems)
+
+
+async def _summarise(store: ObjectStore, prefix: str, turn_ids: list[str]) -> _Report:
+    """Check what the step left in the store, turn by turn."""
+    report = _Report()
+    followed = []
+    for turn_id in turn_ids:
+        live = turn_prefix(prefix, turn_id)
+        names = [key[len(live) :] for key in await store.list(live)]
+        chunks = sorted(c for c in map(parse_chunk_name, names) if c is not None)
+        if not names:
+            report.lines.append(f"{turn_id}: not run")
+            continue
+        followed.append(turn_id)
+        stored = 0
+        for after, next_ in chunks:
+            if after != stored:
+                report.problems.append(f"{turn_id}: chunks not contiguous at {after}")
+            stored = next_
+        mark = await _end_mark(store, prefix, turn_id)
+        link = None
+        if NEXT in names:
+            link = json.loads(await store.get(live + NEXT)).get("turn")
+        if mark is None:
+            report.problems.append(f"{turn_id}: no end mark")
+            mark = {}
+        elif mark.get("next") != stored:
+            report.problems.append(f"{turn_id}: end mark says {mark.get('next')}, {stored} stored")
+        report.lines.append(
+            f"{turn_id}: {stored} events in {len(chunks)} chunks, ended {mark.get('state')}, "
+            f"next turn: {link if link is not None else '(last)'}"
+        )
+        if NEXT not in names:
+            report.problems.append(f"{turn_id}: not linked")
+    if followed:
+        total = 0
+        try:
+            with anyio.fail_after(5):
+                async for _ in read_live_trajectory(
+                    store, prefix, followed[0], poll_interval_seconds=0.05
+                ):
+                    total += 1
+        except TimeoutError:
+            report.problems.append("reading the step back did not reach its last turn")
+        report.lines.append(f"read back: {total} events across {len(followed)} turns")
+    return report
