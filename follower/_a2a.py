@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
@@ -32,7 +33,7 @@ from ._errors import (
     TaskTimeoutError,
 )
 from ._http import DEFAULT_READ_TIMEOUT_SECONDS, exchange, leased_client
-from ._turns import LiveTurns
+from ._turns import LiveTurn, LiveTurns
 
 if TYPE_CHECKING:
     import httpx
@@ -122,19 +123,27 @@ class A2AAgent:
         deadline_seconds: float = DEFAULT_TASK_DEADLINE_SECONDS,
         poll_interval_seconds: float = 1.0,
         max_interval_seconds: float = 10.0,
+        max_failures: int | None = None,
     ) -> A2ATask:
         """Poll ``tasks/get`` until the turn ends; back off while it runs or fails.
 
-        Raises :class:`~follower.TaskTimeoutError` after ``deadline_seconds``.
+        Raises :class:`~follower.TaskTimeoutError` after ``deadline_seconds``, and
+        the last :class:`~follower.AgentUnavailableError` after ``max_failures``
+        failed calls in a row (None: retry until the deadline).
         """
         interval = poll_interval_seconds
+        failures = 0
         with anyio.move_on_after(deadline_seconds):
             while True:
                 try:
                     task = await self.get_task(task_id)
                 except (AgentUnavailableError, PoolBusyError) as exc:
+                    failures += isinstance(exc, AgentUnavailableError)
+                    if max_failures is not None and failures >= max_failures:
+                        raise
                     logger.warning("tasks/get for %s failed, retrying: %s", task_id, exc)
                 else:
+                    failures = 0
                     if task.turn_ended:
                         return task
                 await anyio.sleep(interval)
@@ -156,12 +165,7 @@ class A2AAgent:
             raise AgentUnavailableError(f"{method} at {self.url} answered {status}")
         if status != 200:
             raise AgentRefusedError(f"{method} at {self.url} answered {status}", status_code=status)
-        try:
-            answer = json.loads(body)
-        except (ValueError, RecursionError) as exc:
-            raise A2AProtocolError(f"{method} answered with a body that is not JSON") from exc
-        if not isinstance(answer, Mapping):
-            raise A2AProtocolError(f"{method} answered with {_short(answer)}")
+        answer = _json_object(body, A2AProtocolError, f"{method}'s answer")
         error = answer.get("error")
         if error is not None:
             code = error.get("code") if isinstance(error, Mapping) else None
@@ -216,13 +220,7 @@ async def fetch_agent_card(
             continue
         if status != 200:
             raise AgentCardError(f"no agent card at {card_url}: HTTP {status}")
-        try:
-            card = json.loads(body)
-        except (ValueError, RecursionError) as exc:
-            raise AgentCardError(f"the agent card at {card_url} is not JSON") from exc
-        if not isinstance(card, Mapping):
-            raise AgentCardError(f"the agent card at {card_url} is not a JSON object")
-        return card_url, card
+        return card_url, _json_object(body, AgentCardError, f"the agent card at {card_url}")
     raise AssertionError("unreachable: the last candidate returns or raises")
 
 
@@ -246,6 +244,7 @@ async def run_a2a_turn(
     context_id: str | None = None,
     task_deadline_seconds: float = DEFAULT_TASK_DEADLINE_SECONDS,
     task_poll_seconds: float = 1.0,
+    task_max_failures: int | None = None,
 ) -> A2ATask:
     """Run one turn: send ``text``, follow the task's live trajectory, wait for it to end.
 
@@ -254,31 +253,30 @@ async def run_a2a_turn(
     after the task started, the agent is asked to cancel it, shielded and bounded;
     the step's own exception or cancel then goes on unchanged.
     """
+    wait = partial(
+        agent.wait_for_task,
+        deadline_seconds=task_deadline_seconds,
+        poll_interval_seconds=task_poll_seconds,
+        max_failures=task_max_failures,
+    )
     if turns is None or agent.trajectory_endpoint is None:
-        return await _run_task(
-            agent, None, text, context_id, task_deadline_seconds, task_poll_seconds
-        )
+        return await _run_task(agent, None, text, context_id, wait)
     async with turns.following(turn_id) as turn:
-        return await _run_task(
-            agent, turn, text, context_id, task_deadline_seconds, task_poll_seconds
-        )
+        return await _run_task(agent, turn, text, context_id, wait)
 
 
 async def _run_task(
     agent: A2AAgent,
-    turn: Any,
+    turn: LiveTurn | None,
     text: str,
     context_id: str | None,
-    deadline_seconds: float,
-    poll_seconds: float,
+    wait: Callable[[str], Awaitable[A2ATask]],
 ) -> A2ATask:
     task = await agent.send_message(text, context_id=context_id)
     try:
         if turn is not None:
             turn.follow(task.id)
-        final = await agent.wait_for_task(
-            task.id, deadline_seconds=deadline_seconds, poll_interval_seconds=poll_seconds
-        )
+        final = await wait(task.id)
     except BaseException:
         await _cancel_quietly(agent, task.id)
         raise
@@ -296,6 +294,17 @@ async def _cancel_quietly(agent: A2AAgent, task_id: str) -> None:
             logger.warning("could not cancel task %s: %s", task_id, exc)
     if scope.cancelled_caught:
         logger.warning("cancelling task %s took over %s s", task_id, CANCEL_TASK_SECONDS)
+
+
+def _json_object(body: bytes, error: type[FollowerError], what: str) -> Mapping[str, Any]:
+    """A JSON object from an answer, or ``error`` saying what it was instead."""
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise error(f"{what} is not JSON") from exc
+    if not isinstance(value, Mapping):
+        raise error(f"{what} is not a JSON object: {_short(value)}")
+    return value
 
 
 def _short(value: Any) -> str:

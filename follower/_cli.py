@@ -52,11 +52,9 @@ class CommandError(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="follower: %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLineFormatter(tracebacks=args.verbose))
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
     if args.backend == "trio":
         try:
             import trio  # noqa: F401
@@ -69,16 +67,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     command: Callable[[argparse.Namespace], Awaitable[int]] = args.run
     try:
         return anyio.run(command, args, backend=args.backend)
-    except KeyboardInterrupt:
-        print("follower: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as exc:
+    except BaseException as exc:
+        if _interrupted(exc):
+            print("follower: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
         explained = _explain(exc)
         if explained is None:
             raise
         message, code = explained
         print(f"follower: error: {message}", file=sys.stderr)
         return code
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Ctrl-C, bare or wrapped by a task group (trio raises it inside one)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_interrupted(inner) for inner in exc.exceptions)
+    return isinstance(exc, KeyboardInterrupt)
+
+
+class _OneLineFormatter(logging.Formatter):
+    """``follower: LEVEL: message``; a logged exception as one line unless verbose."""
+
+    def __init__(self, *, tracebacks: bool) -> None:
+        super().__init__("follower: %(levelname)s: %(message)s")
+        self._tracebacks = tracebacks
+
+    def format(self, record: logging.LogRecord) -> str:
+        if self._tracebacks or not record.exc_info or record.exc_info[1] is None:
+            return super().format(record)
+        exc = record.exc_info[1]
+        short = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
+        short.msg = f"{record.getMessage()}: {type(exc).__name__}: {exc}"
+        short.args = None
+        return super().format(short)
 
 
 def _explain(exc: BaseException) -> tuple[str, int] | None:
@@ -147,7 +169,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Serve the reference agent (A2A JSON-RPC, agent card, live trajectory).",
     )
     agent.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    agent.add_argument("--port", type=int, default=8000, help="port to listen on (0: any)")
+    agent.add_argument("--port", type=_port, default=8000, help="port to listen on (0: any)")
     agent.add_argument("--events", type=int, default=40, help="events per task")
     agent.add_argument("--interval", type=float, default=0.05, help="seconds between events")
     agent.add_argument("--event-bytes", type=int, default=64, help="padding bytes per event")
@@ -173,10 +195,12 @@ def _parser() -> argparse.ArgumentParser:
     follow.add_argument("--store", type=Path, default=None, help="also store it under this folder")
     follow.add_argument("--prefix", default="follow/", help="the key prefix (default: follow/)")
     follow.add_argument("--turn", default="turn-1", help="the turn id (default: turn-1)")
-    follow.add_argument("--poll", type=float, default=0.5, help="seconds between reads")
+    follow.add_argument(
+        "--poll", type=_positive, default=0.5, help="seconds between reads and task checks"
+    )
     follow.add_argument(
         "--deadline",
-        type=float,
+        type=_positive,
         default=600.0,
         help="seconds to wait for the task to end (default: 600)",
     )
@@ -191,7 +215,7 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("store", type=Path, help="the store's folder")
     tail.add_argument("prefix", help="the step's key prefix, ending with '/' (or '')")
     tail.add_argument("turn", help="the first turn's id")
-    tail.add_argument("--poll", type=float, default=0.5, help="seconds between listings")
+    tail.add_argument("--poll", type=_positive, default=0.5, help="seconds between listings")
     tail.add_argument(
         "--idle-timeout",
         type=float,
@@ -200,6 +224,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     tail.set_defaults(run=_tail)
     return parser
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0 to 65535)")
+    return port
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
 
 
 # --- follow and tail ---------------------------------------------------------------
@@ -232,7 +270,13 @@ async def _follow(args: argparse.Namespace) -> int:
                 EXIT_NO_LIVE_TRAJECTORY,
             )
         if args.task:
-            await agent.get_task(args.task)  # an unknown task fails here, clearly
+            try:
+                await agent.get_task(args.task)  # an unknown task fails here, clearly
+            except TaskNotFoundError:
+                raise CommandError(
+                    f"unknown task {args.task!r}: the agent at {args.url} does not know it",
+                    EXIT_UNKNOWN_TASK,
+                ) from None
         async with anyio.create_task_group() as tg:
             # What is printed is what was stored: the tail of the same turn.
             tg.start_soon(_print_events, store, args.prefix, args.turn, 0.05, False)
@@ -247,12 +291,15 @@ async def _follow(args: argparse.Namespace) -> int:
                             args.turn,
                             args.message,
                             task_deadline_seconds=args.deadline,
+                            task_poll_seconds=args.poll,
                         )
                     else:
                         async with turns.following(args.turn) as turn:
                             turn.follow(args.task)
                             task = await agent.wait_for_task(
-                                args.task, deadline_seconds=args.deadline
+                                args.task,
+                                deadline_seconds=args.deadline,
+                                poll_interval_seconds=args.poll,
                             )
                             turn.ended(task.state)
             except BaseException:

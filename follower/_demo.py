@@ -29,6 +29,8 @@ from ._turns import LiveTurns
 DEMO_TASK_DEADLINE_SECONDS = 15.0
 DEMO_A2A_TIMEOUT_SECONDS = 2.0
 DEMO_DRAIN_SECONDS = 5.0
+# A gone agent ends the demo's turn after this many failed tasks/get in a row.
+DEMO_TASK_MAX_FAILURES = 5
 FAULT_NAMES = (
     "close, silent, unavailable[:READS], not-json, not-an-object, missing-field, "
     "unknown-state, cursor-mismatch, other-task, no-progress, oversized, gone[:EVENTS], "
@@ -75,7 +77,7 @@ def _reference_agent(args: argparse.Namespace, *, outcome: str = "completed") ->
 
 async def serve_reference_agent(args: argparse.Namespace) -> None:
     """``follower agent``: serve until interrupted."""
-    from ._cli import EXIT_USAGE, CommandError
+    from ._cli import EXIT_ERROR, EXIT_USAGE, CommandError
     from .testing import serve_agent
 
     agent = _reference_agent(args, outcome=args.final_state)
@@ -87,7 +89,9 @@ async def serve_reference_agent(args: argparse.Namespace) -> None:
         try:
             url = await tg.start(partial(serve_agent, agent, host=args.host, port=args.port))
         except OSError as exc:
-            raise CommandError(f"cannot listen on {args.host}:{args.port}: {exc}", 3) from None
+            raise CommandError(
+                f"cannot listen on {args.host}:{args.port}: {exc}", EXIT_ERROR
+            ) from None
         print(f"reference agent serving on {url}", flush=True)
         print(f"  card: {url}.well-known/agent-card.json", flush=True)
 
@@ -217,6 +221,7 @@ async def _turn(
             context_id=context_id,
             task_deadline_seconds=DEMO_TASK_DEADLINE_SECONDS,
             task_poll_seconds=0.1,
+            task_max_failures=DEMO_TASK_MAX_FAILURES,
         )
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(2):
