@@ -7,6 +7,9 @@ test:  ## lint, types, and the suite on Python 3.11, 3.12 and 3.13, asyncio and 
 demo:  ## the main job: a 3-turn step against the reference agent, stored under ./follower-demo/
 	@py=$$(tools/venv $${DEMO_PYTHON:-3.11} testing,trio) && $$py -m follower demo
 
+stress:  ## the property tests with ten times more examples, new ones each run
+	@HYPOTHESIS_PROFILE=stress tools/test tests/test_properties.py tests/test_properties_bite.py tests/test_stateful.py
+
 lint:  ## ruff (with ASYNC rules) and mypy --strict
 	@tools/lint
 
