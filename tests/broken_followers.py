@@ -1,0 +1,197 @@
+"""Followers broken on purpose, each the way a follower has gone or could go wrong.
+
+Each is the library with one piece replaced (a subclass of its follower loop or
+of its turn block, patched in for one example by a :class:`Variant`), so that
+``tests/test_properties_bite.py`` can show the properties catch each mistake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from types import TracebackType
+
+import anyio
+import httpx
+
+import follower._follow
+import follower._turns
+from follower import TurnStateError
+from follower._chunks import JSON, LiveTrajectoryChunks
+from follower._follow import AFTER_STOP_PAUSE_SECONDS, _Follower
+from follower._http import read_page
+from follower._layout import END, encode_json
+from follower._turns import _TurnBlock
+from follower._wire import Page, TrajectoryBatch
+
+from .property_harness import Variant
+
+# --- the 3.11 wait_for race, with the old follower's free task -------------------------
+
+
+class WaitForFollower(_Follower):
+    """Waits between reads in ``asyncio.wait_for(stop.wait(), ...)``, as the old follower did.
+
+    On Python 3.11, a cancel that arrives in the same tick as ``stop`` is set is
+    lost: ``wait_for`` sees its inner wait done and returns normally.
+    """
+
+    async def _wait_or_stop(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop.wait(), timeout=seconds)
+
+
+class FreeTaskBlock(_TurnBlock):
+    """Runs its follower as a free asyncio task, as the old follower did.
+
+    Everything else is the library's; the only change is who cancels the
+    follower: ``task.cancel()``, in the same tick as ``stop`` is set, then a wait
+    for the task that trusts the cancel to land (anyio's scopes would deliver it
+    again; a bare task cancel is delivered once).
+    """
+
+    _task: asyncio.Task[None] | None = None
+
+    def follow(self, task_id: str) -> None:
+        if self._tg is None or self._closed:
+            raise TurnStateError(f"turn {self.turn_id!r}: follow() after the turn's block ended")
+        if self.task_id is not None:
+            raise TurnStateError(f"turn {self.turn_id!r} already follows {self.task_id!r}")
+        self.task_id = task_id
+        previous = self._previous() if callable(self._previous) else self._previous
+        if self._on_follow is not None:
+            self._on_follow(self.turn_id)
+        self._task = asyncio.get_running_loop().create_task(self._run_follower(task_id))
+        if previous is not None and previous != self.turn_id:
+            self._linked_from = previous
+            self._tg.start_soon(self._link_from_previous)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        self._closed = True
+        try:
+            if exc is None:
+                await self._drain()
+        except BaseException as during_drain:
+            await self._stop_task()
+            await self._close(during_drain)
+            raise
+        await self._stop_task()
+        await self._close(exc)
+        return False
+
+    async def _stop_task(self) -> None:
+        self._stop.set()
+        if self._task is None:
+            return
+        self._task.cancel()  # the same tick as the stop
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait({self._task})
+
+
+WAIT_FOR = Variant(
+    "waits with asyncio.wait_for, in a free task",
+    patches=(
+        (follower._follow, "_Follower", WaitForFollower),
+        (follower._turns, "_TurnBlock", FreeTaskBlock),
+    ),
+    # asyncio.wait_for and free asyncio tasks exist on asyncio only.
+    backends=("asyncio",),
+)
+
+
+# --- retrying forever after stop --------------------------------------------------------
+
+
+class RetryingFollower(_Follower):
+    """After stop, retries a failed read every 0.2 s, as the old follower did: no sentinel."""
+
+    async def _read(self, client: httpx.AsyncClient, cursor: int) -> Page:
+        return await read_page(
+            client,
+            self.endpoint,
+            self.task_id,
+            cursor,
+            read_timeout_seconds=self.read_timeout_seconds,
+            max_page_bytes=self.max_page_bytes,
+        )
+
+    async def _wait_or_stop(self, seconds: float) -> None:
+        if self.stop.is_set():
+            await anyio.sleep(min(AFTER_STOP_PAUSE_SECONDS, self.poll))
+        else:
+            await super()._wait_or_stop(seconds)
+
+
+RETRIES_AFTER_STOP = Variant(
+    "retries a failed read forever after stop",
+    patches=((follower._follow, "_Follower", RetryingFollower),),
+)
+
+
+# --- draining without a deadline ---------------------------------------------------------
+
+
+class UnboundedDrainBlock(_TurnBlock):
+    """Lets its follower drain until it ends by itself: no ``drain_seconds``."""
+
+    async def _drain(self) -> None:
+        self._stop.set()
+        if self.task_id is not None:
+            await self._follower_done.wait()
+
+
+DRAINS_FOREVER = Variant(
+    "drains without a deadline",
+    patches=((follower._turns, "_TurnBlock", UnboundedDrainBlock),),
+)
+
+
+# --- wrapping the step's exception ------------------------------------------------------
+
+
+class WrappingBlock(_TurnBlock):
+    """Lets the task group's exception group out, the body's exception inside it."""
+
+    async def _exit_group(self, exc: BaseException | None) -> None:
+        assert self._tg is not None
+        await self._tg.__aexit__(
+            type(exc) if exc else None, exc, exc.__traceback__ if exc else None
+        )
+
+
+WRAPS_EXCEPTION = Variant(
+    "wraps the step's exception",
+    patches=((follower._turns, "_TurnBlock", WrappingBlock),),
+)
+
+
+# --- the end mark before the last chunk ---------------------------------------------------
+
+
+class EarlyEndChunks(LiveTrajectoryChunks):
+    """Marks the turn ended as soon as the last page arrives, before storing its chunk."""
+
+    async def __call__(self, batch: TrajectoryBatch) -> None:
+        if batch.last:
+            mark = {"state": batch.state.value, "next": batch.next}
+            await self._put(END, encode_json(mark), JSON)
+        await super().__call__(batch)
+
+
+class EarlyEndBlock(_TurnBlock):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._sink = EarlyEndChunks(self.store, self.prefix_key, self.turn_id)
+
+
+END_BEFORE_LAST_CHUNK = Variant(
+    "writes end.json before its last chunk",
+    patches=((follower._turns, "_TurnBlock", EarlyEndBlock),),
+)
+
+BROKEN = (WAIT_FOR, RETRIES_AFTER_STOP, DRAINS_FOREVER, WRAPS_EXCEPTION, END_BEFORE_LAST_CHUNK)
