@@ -1,5 +1,5 @@
 # Each target does its own set-up: virtual environments live in .venvs/<X.Y>.
-.PHONY: test lint demo stress clean
+.PHONY: test lint demo stress bench clean
 
 test:  ## lint, types, and the suite on Python 3.11, 3.12 and 3.13, asyncio and trio
 	@tools/test
@@ -9,6 +9,9 @@ demo:  ## the main job: a 3-turn step against the reference agent, stored under 
 
 stress:  ## the property tests with ten times more examples, new ones each run
 	@HYPOTHESIS_PROFILE=stress tools/test tests/test_properties.py tests/test_properties_bite.py tests/test_stateful.py
+
+bench:  ## many followers in one process, client shapes compared (BENCH_ARGS="--agent-process")
+	@py=$$(tools/venv $${BENCH_PYTHON:-3.11} testing,trio) && $$py benchmarks/many_followers.py $(BENCH_ARGS)
 
 lint:  ## ruff (with ASYNC rules) and mypy --strict
 	@tools/lint

@@ -32,8 +32,11 @@ from ._wire import Page
 DEFAULT_READ_TIMEOUT_SECONDS = 30.0
 DEFAULT_MAX_PAGE_BYTES = 64 * 1024 * 1024
 # Each follower has at most one read in flight, so a client leased to at most
-# this many followers never makes one of them wait for a connection.
-FOLLOWERS_PER_CLIENT = 64
+# this many followers never makes one of them wait for a connection. Small, because
+# httpcore's pool bookkeeping grows with the square of a client's connections:
+# benchmarks/many_followers.py (500 followers, agent in a subprocess) measured
+# 1.7 ms of CPU a read with 4 per client, 2.0 ms with 16, 3.3 ms with 64.
+FOLLOWERS_PER_CLIENT = 4
 # Our own pools never make a follower wait; a caller's client might. A full pool is
 # not the agent's fault: after this long the read gives up (PoolBusyError) and is retried.
 POOL_WAIT_SECONDS = 5.0

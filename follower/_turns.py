@@ -228,10 +228,15 @@ class _TurnBlock:
     async def _close(self, exc: BaseException | None) -> None:
         assert self._tg is not None
         self._tg.cancel_scope.cancel()
+        outcome = exc
         try:
             await self._exit_group(exc)
+        except BaseException as raised:
+            # A cancel arriving while the group exits ends the step too: mark it so.
+            outcome = raised
+            raise
         finally:
-            await self._cleanup(exc)
+            await self._cleanup(outcome)
 
     async def _exit_group(self, exc: BaseException | None) -> None:
         """Exit the task group; unwrap exactly the body's exception and cancels."""
