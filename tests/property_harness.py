@@ -7,7 +7,10 @@ runs it in a fresh event loop on a fresh virtual clock (trio ``MockClock`` or
 ``looptime``), records everything the agent, the store and the followers saw,
 then :func:`check_properties` asserts the six properties of the issue:
 
-1. the block exits within a bound computed from the script;
+1. the block exits within a bound computed from the script: after its body
+   ends, ``drain_seconds`` (if the body returned), plus 5 s if the turn linked
+   from an earlier one (a link write in flight, shielded and bounded), plus the
+   10 s cleanup bound; ``LiveTurns`` exits within 5 s of its last turn;
 2. no follower is alive after its block exits, and no read starts after it;
 3. the step's outcome comes out unchanged;
 4. the stored chunks are exactly the first N events the agent served;
