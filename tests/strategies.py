@@ -65,7 +65,10 @@ def task_scripts() -> st.SearchStrategy[TaskScript]:
     return st.builds(
         TaskScript,
         answers=st.lists(answers(), max_size=6).map(tuple),
-        tail=st.sampled_from(("terminal", "running", "terminal", "failing", "hanging", "gone")),
+        # An agent that fails for good is the case the post-stop rules are about.
+        tail=st.sampled_from(
+            ("terminal", "running", "failing", "terminal", "failing", "hanging", "gone")
+        ),
         tail_state=terminal_states,
         page_limit=st.integers(1, 4),
         format=st.sampled_from((FORMAT, FORMAT, None)),
