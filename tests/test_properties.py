@@ -85,7 +85,7 @@ KNOWN = {
     # Found by the stress profile (trio) and the stateful test: the step is
     # cancelled after its turn's drain, while the turn's task group exits (here
     # held 5 s by a link write that hangs). The cancel comes out of the block,
-    # but the end mark says "failed": DESIGN §3 says "canceled".
+    # so the end mark must say "canceled" (DESIGN §3); it used to say "failed".
     "a cancel while the turn's task group exits": StepScript(
         turns=(
             TurnScript(
