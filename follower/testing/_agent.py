@@ -14,16 +14,17 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 import attrs
 import httpx
 
-from .._wire import TRAJECTORY_EXTENSION_URI, TrajectoryState
+from .._wire import TRAJECTORY_EXTENSION_URI
 from ._faults import DEFAULT_OVERSIZED_BYTES, Fault, FaultKind
 from ._script import TaskScript
+from ._tasks import ScriptedTask
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -125,93 +126,6 @@ class _BadRead(Exception):
 
 
 @attrs.define(eq=False)
-class _Task:
-    id: str
-    context_id: str
-    script: TaskScript
-    started_at: float
-    wall_start: datetime
-    history: list[dict[str, Any]]
-    canceled_at: float | None = None
-    sealed: int | None = None
-
-    def progress(self, now: float) -> tuple[TrajectoryState, int]:
-        """The trajectory's state and length at ``now``, from one reading of the clock."""
-        if self.sealed is not None:
-            return TrajectoryState.CANCELED, self.sealed
-        elapsed = now - self.started_at
-        if self.script.finished_by(elapsed):
-            return self.script.final_state, self.script.events
-        visible = self.script.visible_at(elapsed)
-        return (TrajectoryState.RUNNING if visible else TrajectoryState.PENDING), visible
-
-    def status(self, now: float) -> tuple[str, float]:
-        """The A2A task state at ``now``, and when the task entered it."""
-        if self.canceled_at is not None:
-            return "canceled", self.canceled_at
-        elapsed = now - self.started_at
-        if self.script.finished_by(elapsed):
-            return self.script.outcome, self.started_at + self.script.duration_seconds
-        if elapsed + 1e-9 >= self.script.start_delay_seconds:
-            return "working", self.started_at + self.script.start_delay_seconds
-        return "submitted", self.started_at
-
-    def is_terminal(self, now: float) -> bool:
-        return self.status(now)[0] not in ("submitted", "working")
-
-    def cancel(self, now: float) -> None:
-        # Sealed at what is visible now, before the canceled state can be seen.
-        self.sealed = self.progress(now)[1]
-        self.canceled_at = now
-
-    def gone_at(self, after_events: int) -> float | None:
-        """When this task makes event ``after_events`` (or ends first); None if it never will."""
-        at = self.started_at + self.script.event_offset_seconds(
-            min(after_events, self.script.events)
-        )
-        if self.canceled_at is not None and self.canceled_at < at:
-            return None
-        return at
-
-    def to_json(self, now: float, history_length: int | None = None) -> dict[str, Any]:
-        state, since = self.status(now)
-        timestamp = self.wall_start + timedelta(seconds=since - self.started_at)
-        status: dict[str, Any] = {"state": state, "timestamp": timestamp.isoformat()}
-        task: dict[str, Any] = {
-            "id": self.id,
-            "contextId": self.context_id,
-            "status": status,
-            "kind": "task",
-        }
-        history = self.history
-        if history_length is not None:
-            history = history[-history_length:] if history_length > 0 else []
-        task["history"] = history
-        if state in ("failed", "rejected"):
-            status["message"] = self._agent_message(f"the script {state} the task")
-        if state == "completed":
-            text = f"{self.script.events} events"
-            task["artifacts"] = [
-                {
-                    "artifactId": f"{self.id}-result",
-                    "name": "result",
-                    "parts": [{"kind": "text", "text": text}],
-                }
-            ]
-        return task
-
-    def _agent_message(self, text: str) -> dict[str, Any]:
-        return {
-            "role": "agent",
-            "parts": [{"kind": "text", "text": text}],
-            "messageId": f"{self.id}-status",
-            "taskId": self.id,
-            "contextId": self.context_id,
-            "kind": "message",
-        }
-
-
-@attrs.define(eq=False)
 class _FaultState:
     """What a fault has done so far; reset whenever the fault is set."""
 
@@ -244,7 +158,7 @@ class ReferenceAgent:
     max_bytes_per_read: int = attrs.field(
         default=MAX_BYTES_PER_READ, validator=attrs.validators.ge(1)
     )
-    _tasks: dict[str, _Task] = attrs.field(factory=dict, init=False)
+    _tasks: dict[str, ScriptedTask] = attrs.field(factory=dict, init=False)
     _fault_state: _FaultState = attrs.field(factory=_FaultState, init=False)
     _reads: int = attrs.field(default=0, init=False)
     _rpc_calls: int = attrs.field(default=0, init=False)
@@ -433,7 +347,7 @@ class ReferenceAgent:
             raise _BadRead(404, f"unknown task {task_id}")
         return self._page(task, after, limit)
 
-    def _page(self, task: _Task, after: int, limit: int | None) -> dict[str, Any]:
+    def _page(self, task: ScriptedTask, after: int, limit: int | None) -> dict[str, Any]:
         state, visible = task.progress(anyio.current_time())  # the state before the length
         if after > visible:
             raise _BadRead(400, f"after={after} is past the end ({visible} events)")
@@ -503,7 +417,7 @@ class ReferenceAgent:
                 raise _RpcError(INVALID_PARAMS, f"Task {task_id} is in terminal state")
             task.history.append({**message, "contextId": task.context_id})
             return task.to_json(now, history_length)
-        task = _Task(
+        task = ScriptedTask(
             id=str(uuid.uuid4()),
             context_id=message.get("contextId") or str(uuid.uuid4()),
             script=self.script,
@@ -531,7 +445,7 @@ class ReferenceAgent:
         self._canceled += 1
         return task.to_json(now)
 
-    def _known_task(self, task_id: str) -> _Task:
+    def _known_task(self, task_id: str) -> ScriptedTask:
         task = self._tasks.get(task_id)
         if task is None:
             raise _RpcError(TASK_NOT_FOUND)
