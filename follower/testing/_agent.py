@@ -13,33 +13,36 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
 import httpx
 
 from .._wire import TRAJECTORY_EXTENSION_URI
+from ._asgi import (
+    JSON,
+    TEXT,
+    base_url,
+    lifespan,
+    read_body,
+    respond,
+    until_disconnected,
+)
 from ._faults import DEFAULT_OVERSIZED_BYTES, Fault, FaultKind
+from ._json import dumps, is_int
 from ._script import TaskScript
 from ._tasks import ScriptedTask
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+if TYPE_CHECKING:
+    from ._asgi import Receive, Scope, Send
 
 CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
 TRAJECTORY_PATH = "/ext/trajectory"
 RPC_PATH = "/"
 MAX_EVENTS_PER_READ = 1000
 MAX_BYTES_PER_READ = 4 * 1024 * 1024
-# Requests to this agent are small; anything larger is refused unread.
-_MAX_REQUEST_BYTES = 1024 * 1024
-_JSON = b"application/json"
-_TEXT = b"text/plain; charset=utf-8"
 _OVERSIZED_CHUNK_BYTES = 1024 * 1024
 
 CURSOR_READ_SCHEMA = {
@@ -88,10 +91,6 @@ _MALFORMATIONS = frozenset(
         FaultKind.NO_PROGRESS,
     }
 )
-
-
-def _dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 @attrs.frozen
@@ -260,13 +259,13 @@ class ReferenceAgent:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
         path: str = scope["path"]
         method: str = scope["method"]
-        body = await _read_body(receive)
+        body = await read_body(receive)
         if path == TRAJECTORY_PATH:
             self._note_read()
         elif path == RPC_PATH and method == "POST":
@@ -277,22 +276,22 @@ class ReferenceAgent:
             self._note_dropped()
             raise httpx.RemoteProtocolError("the reference agent dropped the connection")
         if self._fault is not None and self._fault.kind is FaultKind.SILENT:
-            await _until_disconnected(receive)
+            await until_disconnected(receive)
             return
         if path in CARD_PATHS:
             if method not in ("GET", "HEAD"):
-                await _respond(send, 405, b"method not allowed", _TEXT, allow=b"GET")
+                await respond(send, 405, b"method not allowed", TEXT, allow=b"GET")
                 return
-            await _respond(send, 200, _dumps(self.card(_base_url(scope))), _JSON)
+            await respond(send, 200, dumps(self.card(base_url(scope))), JSON)
         elif path == TRAJECTORY_PATH:
             await self._trajectory(method, body, receive, send)
         elif path == RPC_PATH:
             if method != "POST":
-                await _respond(send, 405, b"method not allowed", _TEXT, allow=b"POST")
+                await respond(send, 405, b"method not allowed", TEXT, allow=b"POST")
                 return
-            await _respond(send, 200, _dumps(self._rpc(body)), _JSON)
+            await respond(send, 200, dumps(self._rpc(body)), JSON)
         else:
-            await _respond(send, 404, b"not found", _TEXT)
+            await respond(send, 404, b"not found", TEXT)
 
     def _note_read(self) -> None:
         self._reads += 1
@@ -306,27 +305,27 @@ class ReferenceAgent:
         self, method: str, body: bytes | None, receive: Receive, send: Send
     ) -> None:
         if method != "POST":
-            await _respond(send, 405, b"method not allowed: use POST", _TEXT, allow=b"POST")
+            await respond(send, 405, b"method not allowed: use POST", TEXT, allow=b"POST")
             return
         fault = self._fault
         if fault is not None and fault.kind is FaultKind.SLOW and fault.seconds is not None:
             with anyio.move_on_after(fault.seconds):
-                await _until_disconnected(receive)
+                await until_disconnected(receive)
                 return  # the client gave up: nobody to answer
         if fault is not None and fault.kind is FaultKind.UNAVAILABLE and self._unavailable(fault):
-            await _respond(send, fault.status or 503, b"agent unavailable", _TEXT)
+            await respond(send, fault.status or 503, b"agent unavailable", TEXT)
             return
         try:
             page = self._read(body)
         except _BadRead as bad:
-            await _respond(send, bad.status, bad.text.encode(), _TEXT)
+            await respond(send, bad.status, bad.text.encode(), TEXT)
             return
         if fault is not None and fault.kind is FaultKind.OVERSIZED:
             await _send_oversized(send, page, fault.size_bytes or DEFAULT_OVERSIZED_BYTES)
         elif fault is not None and fault.kind in _MALFORMATIONS:
-            await _respond(send, 200, _malformed(page, fault), _JSON)
+            await respond(send, 200, _malformed(page, fault), JSON)
         else:
-            await _respond(send, 200, _dumps(page), _JSON)
+            await respond(send, 200, dumps(page), JSON)
 
     def _unavailable(self, fault: Fault) -> bool:
         state = self._fault_state
@@ -356,7 +355,7 @@ class ReferenceAgent:
         size = 0
         for index in range(after, after + count):
             event = task.script.event(index)
-            size += len(_dumps(event)) + 1
+            size += len(dumps(event)) + 1
             if events and size > self.max_bytes_per_read:
                 break  # always the first event, however large
             events.append(event)
@@ -499,18 +498,14 @@ def _parse_read(body: bytes | None) -> tuple[str, int, int | None]:
     if not isinstance(task_id, str) or not task_id:
         raise _BadRead(400, "task_id must be a non-empty string")
     after = request.get("after", 0)
-    if not _is_int(after) or after < 0:
+    if not is_int(after) or after < 0:
         raise _BadRead(400, "after must be an integer >= 0")
     if "limit" in request and "after" not in request:
         raise _BadRead(400, "limit goes with after")
     limit = request.get("limit")
-    if limit is not None and (not _is_int(limit) or not 1 <= limit <= MAX_EVENTS_PER_READ):
+    if limit is not None and (not is_int(limit) or not 1 <= limit <= MAX_EVENTS_PER_READ):
         raise _BadRead(400, f"limit must be an integer in 1..{MAX_EVENTS_PER_READ}")
     return task_id, after, limit
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _decode_rpc(body: bytes | None) -> Any:
@@ -573,7 +568,7 @@ def _task_id_param(params: dict[str, Any]) -> str:
 
 def _history_length(params: dict[str, Any]) -> int | None:
     value = params.get("historyLength")
-    if value is not None and (not _is_int(value) or value < 0):
+    if value is not None and (not is_int(value) or value < 0):
         raise _RpcError(INVALID_PARAMS, "historyLength must be an integer >= 0")
     return value
 
@@ -586,7 +581,7 @@ def _malformed(page: dict[str, Any], fault: Fault) -> bytes:
     if kind is FaultKind.NOT_JSON:
         return b"<html><body>502 Bad Gateway</body></html>"
     if kind is FaultKind.NOT_AN_OBJECT:
-        return _dumps([page])
+        return dumps([page])
     bad = dict(page)
     if kind is FaultKind.MISSING_FIELD:
         del bad[fault.field or "next"]
@@ -598,16 +593,16 @@ def _malformed(page: dict[str, Any], fault: Fault) -> bytes:
         bad["task_id"] = f"{page['task_id']}-other"
     elif kind is FaultKind.NO_PROGRESS:
         bad.update(events=[], next=page["next"] - len(page["events"]), has_more=True)
-    return _dumps(bad)
+    return dumps(bad)
 
 
 async def _send_oversized(send: Send, page: dict[str, Any], size: int) -> None:
     """A valid page padded with an extra field to ``size`` bytes, sent in chunks."""
-    head = _dumps(page)[:-1] + b',"padding":"'
+    head = dumps(page)[:-1] + b',"padding":"'
     tail = b'"}'
     padding = max(0, size - len(head) - len(tail))
     length = len(head) + padding + len(tail)
-    headers = [(b"content-type", _JSON), (b"content-length", str(length).encode())]
+    headers = [(b"content-type", JSON), (b"content-length", str(length).encode())]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": head, "more_body": True})
     chunk = b"x" * min(padding, _OVERSIZED_CHUNK_BYTES)
@@ -616,67 +611,3 @@ async def _send_oversized(send: Send, page: dict[str, Any], size: int) -> None:
         padding -= len(piece)
         await send({"type": "http.response.body", "body": piece, "more_body": True})
     await send({"type": "http.response.body", "body": tail})
-
-
-# --- ASGI plumbing ----------------------------------------------------------------------
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-
-
-async def _read_body(receive: Receive) -> bytes | None:
-    """The request's body, or None when it is over the agent's limit."""
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return b"".join(parts)
-        chunk: bytes = message.get("body", b"")
-        size += len(chunk)
-        if size > _MAX_REQUEST_BYTES:
-            return None
-        parts.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(parts)
-
-
-async def _until_disconnected(receive: Receive) -> None:
-    """Wait for the client to go away: how an ASGI app holds a request without answering."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _respond(
-    send: Send, status: int, body: bytes, content_type: bytes, *, allow: bytes | None = None
-) -> None:
-    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
-    if allow is not None:
-        headers.append((b"allow", allow))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-def _base_url(scope: Scope) -> str:
-    host = None
-    for name, value in scope.get("headers", []):
-        if name == b"host":
-            host = value.decode("latin-1")
-            break
-    if not host:
-        server = scope.get("server")
-        if server is None:
-            host = "localhost"
-        else:
-            server_host, port = server
-            host = f"[{server_host}]" if ":" in server_host else server_host
-            if port is not None:
-                host = f"{host}:{port}"
-    return f"{scope.get('scheme', 'http')}://{host}{scope.get('root_path', '')}/"
