@@ -32,6 +32,16 @@ from ._asgi import (
 )
 from ._faults import DEFAULT_OVERSIZED_BYTES, Fault, FaultKind
 from ._json import dumps, is_int
+from ._jsonrpc import (
+    INVALID_PARAMS,
+    TASK_NOT_CANCELABLE,
+    TASK_NOT_FOUND,
+    RpcError,
+    answer_rpc,
+    check_message,
+    history_length_param,
+    task_id_param,
+)
 from ._script import TaskScript
 from ._tasks import ScriptedTask
 
@@ -61,25 +71,6 @@ TRAJECTORY_EXTENSION = {
     },
 }
 
-# JSON-RPC 2.0 and A2A error codes (a2a-sdk 0.3's messages).
-PARSE_ERROR = (-32700, "Invalid JSON payload")
-INVALID_REQUEST = (-32600, "Request payload validation error")
-METHOD_NOT_FOUND = (-32601, "Method not found")
-INVALID_PARAMS = (-32602, "Invalid parameters")
-TASK_NOT_FOUND = (-32001, "Task not found")
-TASK_NOT_CANCELABLE = (-32002, "Task cannot be canceled")
-PUSH_NOT_SUPPORTED = (-32003, "Push Notification is not supported")
-UNSUPPORTED_OPERATION = (-32004, "This operation is not supported")
-_UNSUPPORTED_METHODS = {
-    "message/stream": UNSUPPORTED_OPERATION,
-    "tasks/resubscribe": UNSUPPORTED_OPERATION,
-    "agent/getAuthenticatedExtendedCard": UNSUPPORTED_OPERATION,
-    "tasks/pushNotificationConfig/set": PUSH_NOT_SUPPORTED,
-    "tasks/pushNotificationConfig/get": PUSH_NOT_SUPPORTED,
-    "tasks/pushNotificationConfig/list": PUSH_NOT_SUPPORTED,
-    "tasks/pushNotificationConfig/delete": PUSH_NOT_SUPPORTED,
-}
-_PART_KINDS = ("text", "file", "data")
 _MALFORMATIONS = frozenset(
     {
         FaultKind.NOT_JSON,
@@ -107,12 +98,6 @@ class AgentStatistics:
     """Requests answered by closing the connection (``close`` and ``gone``)."""
     canceled_tasks: int
     """Tasks canceled by ``tasks/cancel``."""
-
-
-class _RpcError(Exception):
-    def __init__(self, error: tuple[int, str], message: str | None = None) -> None:
-        super().__init__(message or error[1])
-        self.code, self.message = error[0], message or error[1]
 
 
 class _BadRead(Exception):
@@ -372,48 +357,25 @@ class ReferenceAgent:
     # --- A2A JSON-RPC -------------------------------------------------------------
 
     def _rpc(self, body: bytes | None) -> dict[str, Any]:
-        request_id: str | int | None = None
-        try:
-            request = _decode_rpc(body)
-            request_id = _request_id(request)
-            method, params = _check_request(request)
-            result = self._call(method, params, request)
-        except _RpcError as error:
-            answer: dict[str, Any] = {"error": {"code": error.code, "message": error.message}}
-            if request_id is not None:
-                answer["id"] = request_id
-            answer["jsonrpc"] = "2.0"
-            return answer
-        return {"id": request_id, "jsonrpc": "2.0", "result": result}
-
-    def _call(self, method: str, params: Any, request: dict[str, Any]) -> dict[str, Any]:
-        if method in _UNSUPPORTED_METHODS:
-            raise _RpcError(_UNSUPPORTED_METHODS[method])
-        handler = {
+        handlers = {
             "message/send": self._send_message,
             "tasks/get": self._get_task,
             "tasks/cancel": self._cancel_task,
-        }.get(method)
-        if handler is None:
-            raise _RpcError(METHOD_NOT_FOUND)
-        if not isinstance(request.get("id"), str | int) or isinstance(request["id"], bool):
-            raise _RpcError(INVALID_PARAMS, "a request needs an id")
-        if not isinstance(params, dict):
-            raise _RpcError(INVALID_PARAMS, "params must be an object")
-        return handler(params)
+        }
+        return answer_rpc(body, handlers)
 
     def _send_message(self, params: dict[str, Any]) -> dict[str, Any]:
-        message = _check_message(params.get("message"))
+        message = check_message(params.get("message"))
         configuration = params.get("configuration")
         if configuration is not None and not isinstance(configuration, dict):
-            raise _RpcError(INVALID_PARAMS, "configuration must be an object")
-        history_length = _history_length(configuration or {})
+            raise RpcError(INVALID_PARAMS, "configuration must be an object")
+        history_length = history_length_param(configuration or {})
         now = anyio.current_time()
         task_id = message.get("taskId")
         if task_id is not None:
             task = self._known_task(task_id)
             if task.is_terminal(now):
-                raise _RpcError(INVALID_PARAMS, f"Task {task_id} is in terminal state")
+                raise RpcError(INVALID_PARAMS, f"Task {task_id} is in terminal state")
             task.history.append({**message, "contextId": task.context_id})
             return task.to_json(now, history_length)
         task = ScriptedTask(
@@ -429,17 +391,15 @@ class ReferenceAgent:
         return task.to_json(now, history_length)
 
     def _get_task(self, params: dict[str, Any]) -> dict[str, Any]:
-        task = self._known_task(_task_id_param(params))
-        return task.to_json(anyio.current_time(), _history_length(params))
+        task = self._known_task(task_id_param(params))
+        return task.to_json(anyio.current_time(), history_length_param(params))
 
     def _cancel_task(self, params: dict[str, Any]) -> dict[str, Any]:
-        task = self._known_task(_task_id_param(params))
+        task = self._known_task(task_id_param(params))
         now = anyio.current_time()
         if task.is_terminal(now):
             state = task.status(now)[0]
-            raise _RpcError(
-                TASK_NOT_CANCELABLE, f"Task cannot be canceled - current state: {state}"
-            )
+            raise RpcError(TASK_NOT_CANCELABLE, f"Task cannot be canceled - current state: {state}")
         task.cancel(now)
         self._canceled += 1
         return task.to_json(now)
@@ -447,7 +407,7 @@ class ReferenceAgent:
     def _known_task(self, task_id: str) -> ScriptedTask:
         task = self._tasks.get(task_id)
         if task is None:
-            raise _RpcError(TASK_NOT_FOUND)
+            raise RpcError(TASK_NOT_FOUND)
         return task
 
 
@@ -506,71 +466,6 @@ def _parse_read(body: bytes | None) -> tuple[str, int, int | None]:
     if limit is not None and (not is_int(limit) or not 1 <= limit <= MAX_EVENTS_PER_READ):
         raise _BadRead(400, f"limit must be an integer in 1..{MAX_EVENTS_PER_READ}")
     return task_id, after, limit
-
-
-def _decode_rpc(body: bytes | None) -> Any:
-    if body is None:
-        raise _RpcError(INVALID_REQUEST, "Payload too large")
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise _RpcError(PARSE_ERROR, str(exc)) from None
-
-
-def _request_id(request: Any) -> str | int | None:
-    if not isinstance(request, dict):
-        return None
-    value = request.get("id")
-    return value if isinstance(value, str | int) and not isinstance(value, bool) else None
-
-
-def _check_request(request: Any) -> tuple[str, Any]:
-    if (
-        not isinstance(request, dict)
-        or request.get("jsonrpc", "2.0") != "2.0"
-        or not isinstance(request.get("method"), str)
-        or not (request.get("id") is None or _request_id(request) is not None)
-        or not (request.get("params") is None or isinstance(request["params"], dict))
-    ):
-        raise _RpcError(INVALID_REQUEST)
-    return request["method"], request.get("params")
-
-
-def _check_message(message: Any) -> dict[str, Any]:
-    if not isinstance(message, dict):
-        raise _RpcError(INVALID_PARAMS, "params.message must be an object")
-    if message.get("kind", "message") != "message":
-        raise _RpcError(INVALID_PARAMS, "params.message.kind must be 'message'")
-    if message.get("role") not in ("user", "agent"):
-        raise _RpcError(INVALID_PARAMS, "params.message.role must be 'user' or 'agent'")
-    if not isinstance(message.get("messageId"), str):
-        raise _RpcError(INVALID_PARAMS, "params.message.messageId must be a string")
-    parts = message.get("parts")
-    if not isinstance(parts, list):
-        raise _RpcError(INVALID_PARAMS, "params.message.parts must be a list")
-    for part in parts:
-        if not isinstance(part, dict) or part.get("kind") not in _PART_KINDS:
-            raise _RpcError(INVALID_PARAMS, "each part needs a kind: text, file or data")
-        if part["kind"] == "text" and not isinstance(part.get("text"), str):
-            raise _RpcError(INVALID_PARAMS, "a text part needs a text string")
-    for name in ("taskId", "contextId"):
-        if message.get(name) is not None and not isinstance(message[name], str):
-            raise _RpcError(INVALID_PARAMS, f"params.message.{name} must be a string")
-    return {"kind": "message", **message}
-
-
-def _task_id_param(params: dict[str, Any]) -> str:
-    task_id = params.get("id")
-    if not isinstance(task_id, str):
-        raise _RpcError(INVALID_PARAMS, "params.id must be a string")
-    return task_id
-
-
-def _history_length(params: dict[str, Any]) -> int | None:
-    value = params.get("historyLength")
-    if value is not None and (not is_int(value) or value < 0):
-        raise _RpcError(INVALID_PARAMS, "historyLength must be an integer >= 0")
-    return value
 
 
 # --- pages gone wrong -------------------------------------------------------------------
