@@ -30,7 +30,8 @@ from ._asgi import (
     respond,
     until_disconnected,
 )
-from ._faults import DEFAULT_OVERSIZED_BYTES, Fault, FaultKind
+from ._fault_pages import send_page
+from ._faults import Fault, FaultKind
 from ._json import dumps, is_int
 from ._jsonrpc import (
     INVALID_PARAMS,
@@ -53,7 +54,6 @@ TRAJECTORY_PATH = "/ext/trajectory"
 RPC_PATH = "/"
 MAX_EVENTS_PER_READ = 1000
 MAX_BYTES_PER_READ = 4 * 1024 * 1024
-_OVERSIZED_CHUNK_BYTES = 1024 * 1024
 
 CURSOR_READ_SCHEMA = {
     "oneOf": [
@@ -70,18 +70,6 @@ TRAJECTORY_EXTENSION = {
         "methods": {"get": {"method": "POST", "request": CURSOR_READ_SCHEMA}},
     },
 }
-
-_MALFORMATIONS = frozenset(
-    {
-        FaultKind.NOT_JSON,
-        FaultKind.NOT_AN_OBJECT,
-        FaultKind.MISSING_FIELD,
-        FaultKind.UNKNOWN_STATE,
-        FaultKind.CURSOR_MISMATCH,
-        FaultKind.OTHER_TASK,
-        FaultKind.NO_PROGRESS,
-    }
-)
 
 
 @attrs.frozen
@@ -305,12 +293,7 @@ class ReferenceAgent:
         except _BadRead as bad:
             await respond(send, bad.status, bad.text.encode(), TEXT)
             return
-        if fault is not None and fault.kind is FaultKind.OVERSIZED:
-            await _send_oversized(send, page, fault.size_bytes or DEFAULT_OVERSIZED_BYTES)
-        elif fault is not None and fault.kind in _MALFORMATIONS:
-            await respond(send, 200, _malformed(page, fault), JSON)
-        else:
-            await respond(send, 200, dumps(page), JSON)
+        await send_page(send, page, fault)
 
     def _unavailable(self, fault: Fault) -> bool:
         state = self._fault_state
@@ -466,43 +449,3 @@ def _parse_read(body: bytes | None) -> tuple[str, int, int | None]:
     if limit is not None and (not is_int(limit) or not 1 <= limit <= MAX_EVENTS_PER_READ):
         raise _BadRead(400, f"limit must be an integer in 1..{MAX_EVENTS_PER_READ}")
     return task_id, after, limit
-
-
-# --- pages gone wrong -------------------------------------------------------------------
-
-
-def _malformed(page: dict[str, Any], fault: Fault) -> bytes:
-    kind = fault.kind
-    if kind is FaultKind.NOT_JSON:
-        return b"<html><body>502 Bad Gateway</body></html>"
-    if kind is FaultKind.NOT_AN_OBJECT:
-        return dumps([page])
-    bad = dict(page)
-    if kind is FaultKind.MISSING_FIELD:
-        del bad[fault.field or "next"]
-    elif kind is FaultKind.UNKNOWN_STATE:
-        bad["state"] = "paused"
-    elif kind is FaultKind.CURSOR_MISMATCH:
-        bad["next"] = page["next"] + 1
-    elif kind is FaultKind.OTHER_TASK:
-        bad["task_id"] = f"{page['task_id']}-other"
-    elif kind is FaultKind.NO_PROGRESS:
-        bad.update(events=[], next=page["next"] - len(page["events"]), has_more=True)
-    return dumps(bad)
-
-
-async def _send_oversized(send: Send, page: dict[str, Any], size: int) -> None:
-    """A valid page padded with an extra field to ``size`` bytes, sent in chunks."""
-    head = dumps(page)[:-1] + b',"padding":"'
-    tail = b'"}'
-    padding = max(0, size - len(head) - len(tail))
-    length = len(head) + padding + len(tail)
-    headers = [(b"content-type", JSON), (b"content-length", str(length).encode())]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": head, "more_body": True})
-    chunk = b"x" * min(padding, _OVERSIZED_CHUNK_BYTES)
-    while padding > 0:
-        piece = chunk[:padding]
-        padding -= len(piece)
-        await send({"type": "http.response.body", "body": piece, "more_body": True})
-    await send({"type": "http.response.body", "body": tail})
