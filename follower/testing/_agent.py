@@ -11,7 +11,6 @@ the TCP front of :func:`~follower.testing.serve_agent` on a loopback socket.
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -20,7 +19,6 @@ import anyio
 import attrs
 import httpx
 
-from .._wire import TRAJECTORY_EXTENSION_URI
 from ._asgi import (
     JSON,
     TEXT,
@@ -30,9 +28,17 @@ from ._asgi import (
     respond,
     until_disconnected,
 )
+from ._cursor_read import (
+    MAX_BYTES_PER_READ,
+    MAX_EVENTS_PER_READ,
+    TRAJECTORY_EXTENSION,
+    TRAJECTORY_PATH,
+    BadRead,
+    CursorRead,
+)
 from ._fault_pages import send_page
 from ._faults import Fault, FaultKind
-from ._json import dumps, is_int
+from ._json import dumps
 from ._jsonrpc import (
     INVALID_PARAMS,
     TASK_NOT_CANCELABLE,
@@ -50,26 +56,7 @@ if TYPE_CHECKING:
     from ._asgi import Receive, Scope, Send
 
 CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
-TRAJECTORY_PATH = "/ext/trajectory"
 RPC_PATH = "/"
-MAX_EVENTS_PER_READ = 1000
-MAX_BYTES_PER_READ = 4 * 1024 * 1024
-
-CURSOR_READ_SCHEMA = {
-    "oneOf": [
-        {"required": ["task_id"]},
-        {"required": ["task_id", "after"], "optional": ["limit"]},
-    ]
-}
-TRAJECTORY_EXTENSION = {
-    "uri": TRAJECTORY_EXTENSION_URI,
-    "description": "The events a task appends while it runs, read by cursor.",
-    "required": False,
-    "params": {
-        "endpoint": TRAJECTORY_PATH,
-        "methods": {"get": {"method": "POST", "request": CURSOR_READ_SCHEMA}},
-    },
-}
 
 
 @attrs.frozen
@@ -86,15 +73,6 @@ class AgentStatistics:
     """Requests answered by closing the connection (``close`` and ``gone``)."""
     canceled_tasks: int
     """Tasks canceled by ``tasks/cancel``."""
-
-
-class _BadRead(Exception):
-    """A trajectory read the agent answers with a plain-text 4xx."""
-
-    def __init__(self, status: int, text: str) -> None:
-        super().__init__(text)
-        self.status = status
-        self.text = text
 
 
 @attrs.define(eq=False)
@@ -290,7 +268,7 @@ class ReferenceAgent:
             return
         try:
             page = self._read(body)
-        except _BadRead as bad:
+        except BadRead as bad:
             await respond(send, bad.status, bad.text.encode(), TEXT)
             return
         await send_page(send, page, fault)
@@ -308,34 +286,16 @@ class ReferenceAgent:
         return True
 
     def _read(self, body: bytes | None) -> dict[str, Any]:
-        task_id, after, limit = _parse_read(body)
-        task = self._tasks.get(task_id)
+        read = CursorRead.from_body(body)
+        task = self._tasks.get(read.task_id)
         if task is None:
-            raise _BadRead(404, f"unknown task {task_id}")
-        return self._page(task, after, limit)
-
-    def _page(self, task: ScriptedTask, after: int, limit: int | None) -> dict[str, Any]:
-        state, visible = task.progress(anyio.current_time())  # the state before the length
-        if after > visible:
-            raise _BadRead(400, f"after={after} is past the end ({visible} events)")
-        count = min(visible - after, self.max_events_per_read, limit or MAX_EVENTS_PER_READ)
-        events: list[Any] = []
-        size = 0
-        for index in range(after, after + count):
-            event = task.script.event(index)
-            size += len(dumps(event)) + 1
-            if events and size > self.max_bytes_per_read:
-                break  # always the first event, however large
-            events.append(event)
-        return {
-            "context_id": task.context_id,
-            "task_id": task.id,
-            "state": state.value,
-            "format": task.script.format,
-            "events": events,
-            "next": after + len(events),
-            "has_more": after + len(events) < visible,
-        }
+            raise BadRead(404, f"unknown task {read.task_id}")
+        return read.page_of(
+            task,
+            now=anyio.current_time(),
+            max_events=self.max_events_per_read,
+            max_bytes=self.max_bytes_per_read,
+        )
 
     # --- A2A JSON-RPC -------------------------------------------------------------
 
@@ -420,32 +380,3 @@ class _AgentTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._asgi.aclose()
-
-
-# --- request parsing --------------------------------------------------------------------
-
-
-def _parse_read(body: bytes | None) -> tuple[str, int, int | None]:
-    if body is None:
-        raise _BadRead(400, "body too large")
-    try:
-        request = json.loads(body)
-    except (ValueError, RecursionError):
-        raise _BadRead(400, "body is not JSON") from None
-    if not isinstance(request, dict):
-        raise _BadRead(400, "body is not a JSON object")
-    unknown = set(request) - {"task_id", "after", "limit"}
-    if unknown:
-        raise _BadRead(400, f"unknown fields: {', '.join(sorted(unknown))}")
-    task_id = request.get("task_id")
-    if not isinstance(task_id, str) or not task_id:
-        raise _BadRead(400, "task_id must be a non-empty string")
-    after = request.get("after", 0)
-    if not is_int(after) or after < 0:
-        raise _BadRead(400, "after must be an integer >= 0")
-    if "limit" in request and "after" not in request:
-        raise _BadRead(400, "limit goes with after")
-    limit = request.get("limit")
-    if limit is not None and (not is_int(limit) or not 1 <= limit <= MAX_EVENTS_PER_READ):
-        raise _BadRead(400, f"limit must be an integer in 1..{MAX_EVENTS_PER_READ}")
-    return task_id, after, limit
