@@ -185,10 +185,23 @@ class ReferenceAgent:
         kwargs.setdefault("base_url", "http://agent.test")
         return httpx.AsyncClient(transport=self.transport(), **kwargs)
 
-    # --- faults seen by the carriers ----------------------------------------------
+    # --- for the carriers -------------------------------------------------------
 
-    def _drops_connection(self) -> bool:
-        """Whether a request arriving now gets a closed connection."""
+    def drops_connection(self) -> bool:
+        """Whether the carrier closes, unanswered, the connection a request arrives on now.
+
+        For what carries requests to the agent (:meth:`transport`, the serving
+        front of :func:`~follower.testing.serve_agent`): they ask before passing
+        on a request (or a chunk of one) and close the connection on a yes, and
+        every yes counts in :attr:`AgentStatistics.dropped_connections`. Tests
+        have no need of it.
+        """
+        if not self._connections_fail_now():
+            return False
+        self._dropped += 1
+        return True
+
+    def _connections_fail_now(self) -> bool:
         fault = self._fault
         if fault is None:
             return False
@@ -202,9 +215,6 @@ class ReferenceAgent:
             times = (task.gone_at(fault.after_events) for task in self._tasks.values())
             state.gone = any(at is not None and now + 1e-9 >= at for at in times)
         return state.gone
-
-    def _note_dropped(self) -> None:
-        self._dropped += 1
 
     # --- ASGI ---------------------------------------------------------------------
 
@@ -221,10 +231,9 @@ class ReferenceAgent:
             self._note_read()
         elif path == RPC_PATH and method == "POST":
             self._rpc_calls += 1
-        if self._drops_connection():
+        if self.drops_connection():
             # Reached only through a carrier that does not play the fault (another
             # server, a bare ASGITransport): fail the exchange as best we can.
-            self._note_dropped()
             raise httpx.RemoteProtocolError("the reference agent dropped the connection")
         if self._fault is not None and self._fault.kind is FaultKind.SILENT:
             await until_disconnected(receive)
@@ -371,8 +380,7 @@ class _AgentTransport(httpx.AsyncBaseTransport):
         if trace is not None:
             await trace("http11.send_request_headers.started", {"request": request})
             await trace("http11.send_request_headers.complete", {"return_value": None})
-        if self._agent._drops_connection():
-            self._agent._note_dropped()
+        if self._agent.drops_connection():
             raise httpx.RemoteProtocolError(
                 "Server disconnected without sending a response.", request=request
             )

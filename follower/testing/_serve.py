@@ -88,8 +88,7 @@ def _url_host(host: str) -> str:
 async def _relay(agent: ReferenceAgent, upstream_port: int, client: anyio.abc.SocketStream) -> None:
     """Relay one client connection to hypercorn, unless the agent drops it."""
     async with client:
-        if agent._drops_connection():
-            agent._note_dropped()
+        if agent.drops_connection():
             return
         try:
             upstream = await anyio.connect_tcp("127.0.0.1", upstream_port)
@@ -101,8 +100,7 @@ async def _relay(agent: ReferenceAgent, upstream_port: int, client: anyio.abc.So
                 async for chunk in client:
                     # Checked on every chunk, so a keep-alive connection opened while the
                     # agent was healthy is closed at its first request after the fault.
-                    if agent._drops_connection():
-                        agent._note_dropped()
+                    if agent.drops_connection():
                         break
                     await upstream.send(chunk)
             except _RELAY_ERRORS:
