@@ -51,6 +51,7 @@ from ._jsonrpc import (
 )
 from ._script import TaskScript
 from ._tasks import ScriptedTask
+from ._transport import InProcessTransport
 
 if TYPE_CHECKING:
     from ._asgi import Receive, Scope, Send
@@ -178,7 +179,7 @@ class ReferenceAgent:
 
     def transport(self) -> httpx.AsyncBaseTransport:
         """An in-process transport to this agent that plays connection-level faults."""
-        return _AgentTransport(self)
+        return InProcessTransport(self, self.drops_connection)
 
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
         """An ``httpx.AsyncClient`` on :meth:`transport`, based at ``http://agent.test/``."""
@@ -361,30 +362,3 @@ class ReferenceAgent:
         if task is None:
             raise RpcError(TASK_NOT_FOUND)
         return task
-
-
-# --- the in-process carrier -------------------------------------------------------------
-
-
-class _AgentTransport(httpx.AsyncBaseTransport):
-    """``httpx.ASGITransport`` to the agent, closing the connection when a fault says so."""
-
-    def __init__(self, agent: ReferenceAgent) -> None:
-        self._agent = agent
-        self._asgi = httpx.ASGITransport(app=agent)
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        # As httpcore does on a real connection: tells clients the connection is theirs,
-        # so their deadlines time the exchange, not a wait for a pooled connection.
-        trace = request.extensions.get("trace")
-        if trace is not None:
-            await trace("http11.send_request_headers.started", {"request": request})
-            await trace("http11.send_request_headers.complete", {"return_value": None})
-        if self._agent.drops_connection():
-            raise httpx.RemoteProtocolError(
-                "Server disconnected without sending a response.", request=request
-            )
-        return await self._asgi.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self._asgi.aclose()
