@@ -37,7 +37,7 @@ from ._cursor_read import (
     CursorRead,
 )
 from ._fault_pages import send_page
-from ._faults import Fault, FaultKind
+from ._faults import FaultKind
 from ._json import dumps
 from ._jsonrpc import (
     INVALID_PARAMS,
@@ -55,6 +55,7 @@ from ._transport import InProcessTransport
 
 if TYPE_CHECKING:
     from ._asgi import Receive, Scope, Send
+    from ._faults import Fault
 
 CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
 RPC_PATH = "/"
@@ -186,7 +187,7 @@ class ReferenceAgent:
         kwargs.setdefault("base_url", "http://agent.test")
         return httpx.AsyncClient(transport=self.transport(), **kwargs)
 
-    # --- for the carriers -------------------------------------------------------
+    # --- for the carriers ---------------------------------------------------------
 
     def drops_connection(self) -> bool:
         """Whether the carrier closes, unanswered, the connection a request arrives on now.

@@ -18,12 +18,15 @@ import logging
 import socket
 import sys
 from functools import partial
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import anyio
 import anyio.abc
 
-from ._agent import ReferenceAgent
+if TYPE_CHECKING:
+    from hypercorn.typing import ASGIFramework
+
+    from ._agent import ReferenceAgent
 
 logger = logging.getLogger("follower.testing")
 
@@ -124,14 +127,13 @@ async def _pump(
 
 async def _run_hypercorn(agent: ReferenceAgent, sock: socket.socket, shutdown: anyio.Event) -> None:
     from hypercorn.config import Config, Sockets
-    from hypercorn.typing import ASGIFramework
     from hypercorn.utils import wrap_app
 
     config = Config()
     config.errorlog = logger
     config.graceful_timeout = _GRACEFUL_SECONDS
     sockets = Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[])
-    app = wrap_app(cast(ASGIFramework, agent), config.wsgi_max_body_size, "asgi")
+    app = wrap_app(cast("ASGIFramework", agent), config.wsgi_max_body_size, "asgi")
     with anyio.CancelScope(shield=True) as shielded:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_bound_after, shutdown, shielded)
