@@ -10,6 +10,8 @@ hypercorn). A :class:`Fault` makes it misbehave the ways real agents do.
 
 from ._agent import AgentStatistics as AgentStatistics
 from ._agent import ReferenceAgent as ReferenceAgent
+from ._fault_text import FAULT_NAMES as FAULT_NAMES
+from ._fault_text import parse_fault as parse_fault
 from ._faults import Fault as Fault
 from ._faults import FaultKind as FaultKind
 from ._script import TaskScript as TaskScript
