@@ -1,11 +1,12 @@
 """A reference A2A agent that serves the live trajectory extension, for tests.
 
 :class:`ReferenceAgent` is an ASGI app: an agent card, A2A JSON-RPC 2.0
-(``message/send``, ``tasks/get``, ``tasks/cancel``) and the cursor read of
-DESIGN §1. Its tasks run a :class:`TaskScript` computed from the clock, so it
-works in-process (:meth:`ReferenceAgent.client`), on virtual time, and on a
-loopback socket (:func:`serve_agent`, which needs the ``testing`` extra's
-hypercorn). A :class:`Fault` makes it misbehave the ways real agents do.
+(``message/send``, ``tasks/get``, ``tasks/cancel``) and the cursor read
+(docs/protocol.md). Its tasks run a :class:`TaskScript` computed from the clock,
+so it works in-process (:meth:`ReferenceAgent.client`), on virtual time, and on
+a loopback socket (:func:`serve_agent`, which needs the ``testing`` extra's
+hypercorn). A :class:`Fault` makes it misbehave the ways real agents do;
+:func:`parse_fault` reads one from its text form.
 """
 
 from ._agent import AgentStatistics as AgentStatistics
@@ -16,3 +17,21 @@ from ._faults import Fault as Fault
 from ._faults import FaultKind as FaultKind
 from ._script import TaskScript as TaskScript
 from ._serve import serve_agent as serve_agent
+
+__all__ = [
+    "FAULT_NAMES",
+    "AgentStatistics",
+    "Fault",
+    "FaultKind",
+    "ReferenceAgent",
+    "TaskScript",
+    "parse_fault",
+    "serve_agent",
+]
+
+# Name the public path, not the private module, in reprs, tracebacks and pickles.
+for _name in __all__:
+    _value = globals()[_name]
+    if getattr(_value, "__module__", "").startswith(__name__ + "."):
+        _value.__module__ = __name__
+del _name, _value
