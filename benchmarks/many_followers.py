@@ -49,7 +49,7 @@ from follower import (
 )
 
 # Private, for a benchmark only: the pool's size is what is being measured.
-from follower._http import ClientPool, client_pool
+from follower._clients import ClientPool, client_pool
 from follower.testing import ReferenceAgent, TaskScript, serve_agent
 
 SHAPES = ("pool", "per-follower", "shared")

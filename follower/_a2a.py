@@ -21,6 +21,7 @@ from urllib.parse import urljoin
 import anyio
 import attrs
 
+from ._clients import leased_client
 from ._discovery import live_trajectory_endpoint, same_origin
 from ._errors import (
     A2AProtocolError,
@@ -32,7 +33,8 @@ from ._errors import (
     TaskNotFoundError,
     TaskTimeoutError,
 )
-from ._http import DEFAULT_READ_TIMEOUT_SECONDS, exchange, leased_client
+from ._exchange import exchange
+from ._options import DEFAULT_READ_TIMEOUT_SECONDS
 from ._turns import LiveTurn, LiveTurns
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from follower import (
     run_a2a_turn,
 )
 from follower._a2a import CANCEL_TASK_SECONDS
-from follower._http import POOL_WAIT_SECONDS
+from follower._exchange import POOL_WAIT_SECONDS
 from follower._turns import CLEANUP_SECONDS, LiveTurns
 from follower.testing import Fault, ReferenceAgent, TaskScript
 

@@ -43,14 +43,9 @@ from follower import (
     TrajectoryState,
     UnknownStateError,
 )
-from follower._http import (
-    ClientPool,
-    PoolBusyError,
-    _shared_ssl_context,
-    client_pool,
-    leased_client,
-    read_page,
-)
+from follower._clients import ClientPool, _shared_ssl_context, client_pool, leased_client
+from follower._errors import PoolBusyError
+from follower._exchange import read_page
 from follower._wire import Page
 
 from .agents import ENDPOINT, ScriptedAgent

@@ -38,7 +38,7 @@ from follower import (
     read_live_trajectory,
     run_a2a_turn,
 )
-from follower._http import read_page
+from follower._exchange import read_page
 from follower._wire import Page
 from follower.testing import (
     AgentStatistics,

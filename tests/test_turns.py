@@ -19,7 +19,7 @@ from follower import (
     following_live_trajectory,
     read_live_trajectory,
 )
-from follower._http import _shared_ssl_context, client_pool
+from follower._clients import _shared_ssl_context, client_pool
 from follower._turns import CLEANUP_SECONDS
 
 from .agents import ENDPOINT, ScriptedAgent
@@ -323,7 +323,7 @@ async def test_cancelled_step_marks_its_last_turn_and_releases_its_client() -> N
     agent.add_task("b")
     _shared_ssl_context()  # loaded here: on virtual time, a worker thread would jump the clock
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("follower._http.ClientPool._new_client", lambda self, ctx: agent.client())
+        patch.setattr("follower._clients.ClientPool._new_client", lambda self, ctx: agent.client())
         with anyio.fail_after(100), anyio.CancelScope() as outer:
             # No client given: the turns share one leased from the loop's pool.
             async with LiveTurns(ENDPOINT, store, PREFIX, poll_interval_seconds=POLL) as turns:

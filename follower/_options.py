@@ -1,0 +1,76 @@
+"""The read path's options, validated once, when the caller names them.
+
+Public functions keep their keyword options and build a :class:`FollowOptions`;
+everything below them passes the value, so a new option is one field here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ._errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    import httpx
+
+DEFAULT_READ_TIMEOUT_SECONDS = 30.0
+DEFAULT_MAX_PAGE_BYTES = 64 * 1024 * 1024
+DEFAULT_DRAIN_SECONDS = 60.0
+
+
+def _is_real(value: Any) -> bool:
+    # bool is an int: True seconds or True bytes is a caller's slip, not a number.
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def positive_seconds(name: str, value: Any) -> float:
+    """``value`` as a finite, positive duration, or :class:`InvalidArgumentError`."""
+    if not _is_real(value) or not math.isfinite(value) or value <= 0:
+        raise InvalidArgumentError(f"{name} must be a positive number of seconds, not {value!r}")
+    return float(value)
+
+
+def non_negative_seconds(name: str, value: Any) -> float:
+    """``value`` as a finite duration of zero or more, or :class:`InvalidArgumentError`."""
+    if not _is_real(value) or not math.isfinite(value) or value < 0:
+        raise InvalidArgumentError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    return float(value)
+
+
+def count(name: str, value: Any, *, minimum: int = 0) -> int:
+    """``value`` as an integer of at least ``minimum``, or :class:`InvalidArgumentError`."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InvalidArgumentError(f"{name} must be an integer >= {minimum}, not {value!r}")
+    return value
+
+
+def _validated(check: Any) -> Any:
+    def validator(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        check(attribute.name, value)
+
+    return validator
+
+
+@attrs.frozen(kw_only=True)
+class FollowOptions:
+    """How a follower reads: the poll interval, each read's bounds, the drain, the client.
+
+    Built by :func:`~follower.follow_trajectory`, :func:`~follower.following_live_trajectory`
+    and :class:`~follower.LiveTurns` from their keyword options; raises
+    :class:`~follower.InvalidArgumentError` at construction, before anything runs.
+    """
+
+    poll_interval_seconds: float = attrs.field(validator=_validated(positive_seconds))
+    read_timeout_seconds: float = attrs.field(
+        default=DEFAULT_READ_TIMEOUT_SECONDS, validator=_validated(positive_seconds)
+    )
+    max_page_bytes: int = attrs.field(
+        default=DEFAULT_MAX_PAGE_BYTES, validator=_validated(lambda n, v: count(n, v, minimum=1))
+    )
+    drain_seconds: float = attrs.field(
+        default=DEFAULT_DRAIN_SECONDS, validator=_validated(non_negative_seconds)
+    )
+    client: httpx.AsyncClient | None = attrs.field(default=None, repr=False)
