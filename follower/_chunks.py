@@ -1,18 +1,18 @@
-"""The sink that stores one turn's pages as contiguous, write-once chunks."""
+"""The sink that stores one turn's pages as contiguous, write-once chunks, and its links."""
 
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from ._errors import ObjectExistsError, UsageError
-from ._layout import END, META, chunk_name, encode_events, encode_json, turn_prefix
-from ._stores import ObjectStore
-from ._wire import TrajectoryBatch, TrajectoryState
+from ._layout import JSON, JSONL, EndMark, MetaMark, NextLink, TurnKeys, encode_events
+
+if TYPE_CHECKING:
+    from ._stores import ObjectStore
+    from ._wire import TrajectoryBatch, TrajectoryState
 
 logger = logging.getLogger("follower")
-
-JSONL = "application/jsonl"
-JSON = "application/json"
 
 
 class LiveTrajectoryChunks:
@@ -25,7 +25,7 @@ class LiveTrajectoryChunks:
 
     def __init__(self, store: ObjectStore, prefix_key: str, turn_id: str) -> None:
         self._store = store
-        self._prefix = turn_prefix(prefix_key, turn_id)
+        self._keys = TurnKeys(prefix_key, turn_id)
         self.turn_id = turn_id
         self.stored_next = 0
         self.format: str | None = None
@@ -35,7 +35,11 @@ class LiveTrajectoryChunks:
     @property
     def prefix(self) -> str:
         """The key prefix of this turn's objects."""
-        return self._prefix
+        return self._keys.live
+
+    @property
+    def keys(self) -> TurnKeys:
+        return self._keys
 
     async def __call__(self, batch: TrajectoryBatch) -> None:
         if self._ended:
@@ -48,19 +52,20 @@ class LiveTrajectoryChunks:
         if batch.format is not None:
             await self._store_format(batch.format)
         if batch.events:
-            await self._put(chunk_name(batch.after, batch.next), encode_events(batch.events), JSONL)
+            key = self._keys.chunk(batch.after, batch.next)
+            await self._put(key, encode_events(batch.events), JSONL)
             self.stored_next = batch.next
         if batch.last:
             self.final_state = batch.state
 
     async def end(self, state: TrajectoryState) -> None:
         """Write the end mark: the turn's state and how many events are stored."""
-        await self._put(END, encode_json({"state": state.value, "next": self.stored_next}), JSON)
+        await self._put(self._keys.end, EndMark(state, self.stored_next).encode(), JSON)
         self._ended = True
 
     async def _store_format(self, fmt: str) -> None:
         if self.format is None:
-            await self._put(META, encode_json({"format": fmt}), JSON)
+            await self._put(self._keys.meta, MetaMark(fmt).encode(), JSON)
             self.format = fmt
         elif fmt != self.format:
             logger.warning(
@@ -71,9 +76,18 @@ class LiveTrajectoryChunks:
                 self.format,
             )
 
-    async def _put(self, name: str, body: bytes, content_type: str) -> None:
-        try:
-            await self._store.put(self._prefix + name, body, content_type=content_type)
-        except ObjectExistsError:
-            # Write-once: finding the object there means an earlier attempt wrote it.
-            logger.debug("turn %s: %s was already stored", self.turn_id, name)
+    async def _put(self, key: str, body: bytes, content_type: str) -> None:
+        await put_once(self._store, key, body, content_type=content_type)
+
+
+async def put_once(store: ObjectStore, key: str, body: bytes, *, content_type: str) -> None:
+    """A write-once put; finding the object there means an earlier attempt wrote it."""
+    try:
+        await store.put(key, body, content_type=content_type)
+    except ObjectExistsError:
+        logger.debug("%s was already stored", key)
+
+
+async def write_next_turn(store: ObjectStore, keys: TurnKeys, next_turn_id: str | None) -> None:
+    """Write a turn's ``next.json``: the turn after it, or null after the step's last."""
+    await store.put(keys.next, NextLink(next_turn_id).encode(), content_type=JSON)

@@ -1,4 +1,4 @@
-"""Following one task's live trajectory: the read loop of DESIGN §2.
+"""Following one task's live trajectory: the read loop (docs/protocol.md, "Following one task").
 
 Before ``stop`` an agent that fails to answer may be busy, so a failed read is
 retried with backoff. After ``stop`` the turn has ended, so an agent that fails
@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
-import httpx
+import attrs
 
+from ._clients import leased_client
 from ._errors import (
     AgentUnavailableError,
     FollowingEnded,
@@ -22,17 +24,17 @@ from ._errors import (
     PoolBusyError,
     TaskNotFoundError,
 )
-from ._http import (
-    DEFAULT_MAX_PAGE_BYTES,
-    DEFAULT_READ_TIMEOUT_SECONDS,
-    leased_client,
-    read_page,
-)
-from ._wire import Page, TrajectoryBatch
+from ._exchange import read_page
+from ._options import DEFAULT_MAX_PAGE_BYTES, DEFAULT_READ_TIMEOUT_SECONDS, FollowOptions, count
+
+if TYPE_CHECKING:
+    import httpx
+
+    from ._wire import Page, TrajectoryBatch, TrajectoryState
 
 logger = logging.getLogger("follower")
 
-Sink = Callable[[TrajectoryBatch], Awaitable[None]]
+Sink = Callable[["TrajectoryBatch"], Awaitable[None]]
 
 BACKOFF_STEP_SECONDS = 5.0
 BACKOFF_CAP_SECONDS = 60.0
@@ -42,6 +44,44 @@ AFTER_STOP_PAUSE_SECONDS = 0.2
 def retry_delay(poll_interval_seconds: float, failures: int) -> float:
     """How long to wait before the read after ``failures`` failed reads in a row."""
     return min(poll_interval_seconds + BACKOFF_STEP_SECONDS * failures, BACKOFF_CAP_SECONDS)
+
+
+@attrs.frozen
+class FollowOutcome:
+    """What one follower did: where it got to, and whether it read every event.
+
+    ``complete`` is true when the last page (terminal state, nothing more) was
+    handed to the sink; ``state`` is the state of the last page read.
+    """
+
+    state: TrajectoryState | None
+    cursor: int
+    complete: bool
+    reads: int
+    failed_reads: int
+    events: int
+
+
+@attrs.define
+class FollowProgress:
+    """A follower's running record, kept up to date as it reads; its owner may look at any time."""
+
+    cursor: int = 0
+    state: TrajectoryState | None = None
+    complete: bool = False
+    reads: int = 0
+    failed_reads: int = 0
+    events: int = 0
+
+    def outcome(self) -> FollowOutcome:
+        return FollowOutcome(
+            state=self.state,
+            cursor=self.cursor,
+            complete=self.complete,
+            reads=self.reads,
+            failed_reads=self.failed_reads,
+            events=self.events,
+        )
 
 
 async def follow_trajectory(
@@ -55,33 +95,55 @@ async def follow_trajectory(
     after: int = 0,
     read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
-) -> None:
+) -> FollowOutcome:
     """Read ``task_id``'s trajectory from cursor ``after`` and hand each page to ``sink``.
 
     Returns after the last page, on a 404, or when a read fails after ``stop`` is
-    set. Raises :class:`~follower.AgentRefusedError` (other 4xx),
-    :class:`~follower.MalformedPageError`, or whatever ``sink`` raises. It never
-    ends by itself while the task runs and the agent answers: bound it with a
-    cancel scope, or use :func:`following_live_trajectory`, which does.
+    set, saying how far it got. Raises :class:`~follower.AgentRefusedError` (other
+    4xx), :class:`~follower.MalformedPageError`, or whatever ``sink`` raises. It
+    never ends by itself while the task runs and the agent answers: bound it with
+    a cancel scope, or use :func:`following_live_trajectory`, which does.
     """
-    if poll_interval_seconds <= 0:
-        raise InvalidArgumentError("poll_interval_seconds must be positive")
-    if after < 0:
-        raise InvalidArgumentError("after must be >= 0")
+    options = FollowOptions(
+        poll_interval_seconds=poll_interval_seconds,
+        read_timeout_seconds=read_timeout_seconds,
+        max_page_bytes=max_page_bytes,
+        client=client,
+    )
+    return await follow_task(endpoint, task_id, sink, stop=stop, options=options, after=after)
+
+
+async def follow_task(
+    endpoint: str,
+    task_id: str,
+    sink: Sink,
+    *,
+    stop: anyio.Event,
+    options: FollowOptions,
+    after: int = 0,
+    progress: FollowProgress | None = None,
+) -> FollowOutcome:
+    """:func:`follow_trajectory` with its options built; ``progress`` is kept up to date."""
+    if not isinstance(task_id, str) or not task_id:
+        raise InvalidArgumentError(f"task_id must be a non-empty string, not {task_id!r}")
+    after = count("after", after)
+    if progress is None:
+        progress = FollowProgress()
+    progress.cursor = after
     follower = _Follower(
         endpoint=endpoint,
         task_id=task_id,
         sink=sink,
-        poll_interval_seconds=poll_interval_seconds,
+        options=options,
         stop=stop,
-        read_timeout_seconds=read_timeout_seconds,
-        max_page_bytes=max_page_bytes,
+        progress=progress,
     )
-    async with leased_client(client) as leased:
+    async with leased_client(options.client) as leased:
         try:
             await follower.run(leased, after)
         except FollowingEnded as ended:
             logger.info("stopped following task %s: %s", task_id, ended.__cause__)
+    return progress.outcome()
 
 
 class _Follower:
@@ -91,18 +153,17 @@ class _Follower:
         endpoint: str,
         task_id: str,
         sink: Sink,
-        poll_interval_seconds: float,
+        options: FollowOptions,
         stop: anyio.Event,
-        read_timeout_seconds: float,
-        max_page_bytes: int,
+        progress: FollowProgress,
     ) -> None:
         self.endpoint = endpoint
         self.task_id = task_id
         self.sink = sink
-        self.poll = poll_interval_seconds
+        self.options = options
+        self.poll = options.poll_interval_seconds
         self.stop = stop
-        self.read_timeout_seconds = read_timeout_seconds
-        self.max_page_bytes = max_page_bytes
+        self.progress = progress
 
     async def run(self, client: httpx.AsyncClient, after: int) -> None:
         cursor = after
@@ -117,6 +178,7 @@ class _Follower:
                 return
             except AgentUnavailableError as exc:
                 failures += 1
+                self.progress.failed_reads += 1
                 delay = retry_delay(self.poll, failures)
                 logger.warning(
                     "read %d of task %s failed, retrying in %.1f s: %s",
@@ -133,9 +195,12 @@ class _Follower:
                 await self._pause()
                 continue
             failures = 0
+            self.progress.reads += 1
+            self.progress.state = page.state
             if page.events or page.last:
                 await self.sink(page.to_batch())
                 cursor = page.next
+                self._handed_over(page)
             if page.last:
                 return
             if page.has_more:
@@ -151,13 +216,20 @@ class _Follower:
                 self.endpoint,
                 self.task_id,
                 cursor,
-                read_timeout_seconds=self.read_timeout_seconds,
-                max_page_bytes=self.max_page_bytes,
+                read_timeout_seconds=self.options.read_timeout_seconds,
+                max_page_bytes=self.options.max_page_bytes,
             )
         except AgentUnavailableError as exc:
             if self.stop.is_set():
                 raise FollowingEnded(f"task {self.task_id}: read failed after stop") from exc
             raise
+
+    def _handed_over(self, page: Page) -> None:
+        # Recorded as soon as the sink returns, before any checkpoint: an owner that
+        # cancels this follower next still sees the last page as read.
+        self.progress.cursor = page.next
+        self.progress.events += len(page.events)
+        self.progress.complete = page.last
 
     async def _pause(self) -> None:
         """The wait between reads of a task with nothing new to read."""

@@ -1,10 +1,15 @@
-"""The stored layout of a turn's live trajectory: ``<prefix><turn_id>/live/``.
+"""The stored layout of a turn's live trajectory, the compatibility contract readers rely on.
 
-| object                          | content                                          |
-| ``<after:08d>-<next:08d>.jsonl`` | one page's events, compact JSON, one per line    |
-| ``meta.json``                   | ``{"format": ...}`` once a page names a format   |
-| ``end.json``                    | ``{"state": ..., "next": <events stored>}``      |
-| ``next.json``                   | ``{"turn": <next turn id or null>}``             |
+Under ``<prefix_key><turn_id>/live/`` (docs/protocol.md, "The stored layout"):
+
+| object                           | content                                        |
+| ``<after:08d>-<next:08d>.jsonl`` | one page's events, compact JSON, one per line  |
+| ``meta.json``                    | ``{"format": ...}`` once a page names a format |
+| ``end.json``                     | ``{"state": ..., "next": <events stored>}``    |
+| ``next.json``                    | ``{"turn": <next turn id or null>}``           |
+
+This module owns every name, content type, encoder and decoder of that layout;
+the sink, the turns, the reader and the demo all go through it.
 """
 
 from __future__ import annotations
@@ -13,18 +18,64 @@ import json
 import re
 from typing import Any
 
-from ._errors import CorruptObjectError
-from ._keys import check_prefix, check_turn_id
+import attrs
 
+from ._errors import CorruptObjectError, InvalidKeyError
+from ._keys import check_prefix, check_turn_id
+from ._wire import TrajectoryState
+
+JSON = "application/json"
+JSONL = "application/jsonl"
 META = "meta.json"
 END = "end.json"
 NEXT = "next.json"
 _CHUNK = re.compile(r"([0-9]{8,})-([0-9]{8,})\.jsonl")
+# A reused encoder: the same bytes as json.dumps(..., separators=...), without building one a call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
-def turn_prefix(prefix_key: str, turn_id: str) -> str:
-    """Where one turn's live trajectory is stored."""
-    return f"{check_prefix(prefix_key)}{check_turn_id(turn_id)}/live/"
+def _valid_prefix(_: object, __: attrs.Attribute[str], value: str) -> None:
+    check_prefix(value)
+
+
+def _valid_turn_id(_: object, __: attrs.Attribute[str], value: str) -> None:
+    check_turn_id(value)
+
+
+@attrs.frozen
+class TurnKeys:
+    """The keys of one turn's objects; the prefix and turn id are validated once, here."""
+
+    prefix_key: str = attrs.field(validator=_valid_prefix)
+    turn_id: str = attrs.field(validator=_valid_turn_id)
+
+    @property
+    def live(self) -> str:
+        """The folder of the turn's live trajectory: every key below starts with it."""
+        return f"{self.prefix_key}{self.turn_id}/live/"
+
+    @property
+    def meta(self) -> str:
+        return self.live + META
+
+    @property
+    def end(self) -> str:
+        return self.live + END
+
+    @property
+    def next(self) -> str:
+        return self.live + NEXT
+
+    def chunk(self, after: int, next_: int) -> str:
+        return self.live + chunk_name(after, next_)
+
+    def names(self, keys: list[str]) -> list[str]:
+        """The object names of listed ``keys`` (the part after :attr:`live`)."""
+        start = len(self.live)
+        return [key[start:] for key in keys]
+
+
+# --- chunks ---------------------------------------------------------------------------
 
 
 def chunk_name(after: int, next_: int) -> str:
@@ -39,13 +90,34 @@ def parse_chunk_name(name: str) -> tuple[int, int] | None:
     return int(match.group(1)), int(match.group(2))
 
 
+def chunk_positions(names: list[str]) -> list[tuple[int, int, str]]:
+    """``(after, next, name)`` of every chunk among ``names``, in order."""
+    found = []
+    for name in names:
+        parsed = parse_chunk_name(name)
+        if parsed is not None:
+            found.append((*parsed, name))
+    return sorted(found)
+
+
 def encode_events(events: tuple[Any, ...]) -> bytes:
     """A chunk's body: each event as compact JSON on its own line."""
-    return b"".join(json.dumps(event, separators=(",", ":")).encode() + b"\n" for event in events)
+    return "".join(_ENCODER.encode(event) + "\n" for event in events).encode()
+
+
+def decode_events(body: bytes, key: str) -> list[Any]:
+    """A chunk's events, one JSON value a line."""
+    try:
+        return [json.loads(line) for line in body.splitlines() if line.strip()]
+    except ValueError as exc:
+        raise CorruptObjectError(f"stored chunk {key!r} holds a line that is not JSON") from exc
+
+
+# --- marks ----------------------------------------------------------------------------
 
 
 def encode_json(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
+    return _ENCODER.encode(value).encode()
 
 
 def decode_json_object(body: bytes, key: str) -> dict[str, Any]:
@@ -59,9 +131,65 @@ def decode_json_object(body: bytes, key: str) -> dict[str, Any]:
     return value
 
 
-def decode_events(body: bytes, key: str) -> list[Any]:
-    """A chunk's events, one JSON value a line."""
-    try:
-        return [json.loads(line) for line in body.splitlines() if line.strip()]
-    except ValueError as exc:
-        raise CorruptObjectError(f"stored chunk {key!r} holds a line that is not JSON") from exc
+@attrs.frozen
+class MetaMark:
+    """``meta.json``: the format the turn's events are in."""
+
+    format: str
+
+    def encode(self) -> bytes:
+        return encode_json({"format": self.format})
+
+
+@attrs.frozen
+class EndMark:
+    """``end.json``: the state the turn ended in and how many events are stored."""
+
+    state: TrajectoryState
+    next: int
+
+    def encode(self) -> bytes:
+        return encode_json({"state": self.state.value, "next": self.next})
+
+    @classmethod
+    def decode(cls, body: bytes, key: str) -> EndMark:
+        """Raises :class:`CorruptObjectError` unless ``next`` is a count and ``state`` terminal."""
+        mark = decode_json_object(body, key)
+        number = mark.get("next")
+        if not isinstance(number, int) or isinstance(number, bool) or number < 0:
+            raise CorruptObjectError(f"stored object {key!r} has no valid 'next': {number!r}")
+        state = mark.get("state")
+        parsed = TrajectoryState.__members__.get(state.upper()) if isinstance(state, str) else None
+        if parsed is None or parsed.value != state or not parsed.is_terminal:
+            raise CorruptObjectError(f"stored object {key!r} has no terminal 'state': {state!r}")
+        return cls(parsed, number)
+
+
+@attrs.frozen
+class NextLink:
+    """``next.json``: the turn after this one, or ``None`` after the step's last."""
+
+    turn: str | None
+
+    def encode(self) -> bytes:
+        return encode_json({"turn": self.turn})
+
+    @classmethod
+    def decode(cls, body: bytes, key: str) -> NextLink:
+        link = decode_json_object(body, key)
+        if "turn" not in link:
+            raise CorruptObjectError(f"stored object {key!r} has no 'turn' field")
+        turn = link["turn"]
+        if turn is None:
+            return cls(None)
+        try:
+            return cls(check_turn_id(turn))
+        except InvalidKeyError as exc:
+            raise CorruptObjectError(
+                f"stored object {key!r} names no valid turn: {turn!r}"
+            ) from exc
+
+
+def turn_prefix(prefix_key: str, turn_id: str) -> str:
+    """Where one turn's live trajectory is stored."""
+    return TurnKeys(prefix_key, turn_id).live

@@ -8,19 +8,19 @@ The reader is a tail: it waits for new objects as long as its caller lets it
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
 
-from ._errors import CorruptObjectError, InvalidArgumentError, InvalidKeyError, ReaderIdleError
-from ._keys import check_prefix, check_turn_id
-from ._layout import END, NEXT, decode_events, decode_json_object, parse_chunk_name, turn_prefix
-from ._stores import ObjectStore
-from ._wire import TrajectoryState
+from ._errors import CorruptObjectError, ReaderIdleError
+from ._layout import END, NEXT, EndMark, NextLink, TurnKeys, chunk_positions, decode_events
+from ._options import positive_seconds
+
+if TYPE_CHECKING:
+    from ._stores import ObjectStore
 
 DEFAULT_READER_POLL_SECONDS = 1.0
-_TERMINAL_STATES = {s.value for s in TrajectoryState if s.is_terminal}
 
 
 @attrs.frozen
@@ -46,17 +46,18 @@ async def read_live_trajectory(
     ``idle_timeout_seconds``, and :class:`~follower.CorruptObjectError` when the
     stored objects contradict each other.
     """
-    check_prefix(prefix_key)
-    if poll_interval_seconds <= 0:
-        raise InvalidArgumentError("poll_interval_seconds must be positive")
+    keys = TurnKeys(prefix_key, turn_id)
+    positive_seconds("poll_interval_seconds", poll_interval_seconds)
+    if idle_timeout_seconds is not None:
+        positive_seconds("idle_timeout_seconds", idle_timeout_seconds)
     idle = _IdleClock(idle_timeout_seconds)
     seen: set[str] = set()
-    current: str | None = check_turn_id(turn_id)
+    current: str | None = turn_id
     while current is not None:
         if current in seen:
             raise CorruptObjectError(f"turn {current!r} is linked twice: the links loop")
         seen.add(current)
-        turn = _TurnReader(store, turn_prefix(prefix_key, current), current)
+        turn = _TurnReader(store, attrs.evolve(keys, turn_id=current))
         while not turn.done:
             async for event in turn.read_new():
                 idle.touch()
@@ -85,10 +86,10 @@ class _IdleClock:
 class _TurnReader:
     """One turn's objects, read as far as they go at each listing."""
 
-    def __init__(self, store: ObjectStore, prefix: str, turn_id: str) -> None:
+    def __init__(self, store: ObjectStore, keys: TurnKeys) -> None:
         self.store = store
-        self.prefix = prefix
-        self.turn_id = turn_id
+        self.prefix = keys.live
+        self.turn_id = keys.turn_id
         self.cursor = 0
         self.end_next: int | None = None
         self.next_turn: str | None = None
@@ -99,8 +100,8 @@ class _TurnReader:
     async def read_new(self) -> AsyncIterator[StoredEvent]:
         """Yield the events stored since the last call, and note end and link marks."""
         self.progressed = False
-        names = {key[len(self.prefix) :] for key in await self.store.list(self.prefix)}
-        for after, next_, name in sorted(c for c in map(_chunk, names) if c is not None):
+        names = [key[len(self.prefix) :] for key in await self.store.list(self.prefix)]
+        for after, next_, name in chunk_positions(names):
             if next_ <= self.cursor:
                 continue
             if after != self.cursor:
@@ -118,12 +119,12 @@ class _TurnReader:
             self.cursor = next_
             self.progressed = True
         if self.end_next is None and END in names:
-            self.end_next = _end_mark_next(await self._get_object(END), self.prefix + END)
+            self.end_next = EndMark.decode(await self._get(END), self.prefix + END).next
             self.progressed = True
         if self.end_next is not None:
             self._check_complete()
         if self.end_next == self.cursor and NEXT in names:
-            self.next_turn = _linked_turn(await self._get_object(NEXT), self.prefix + NEXT)
+            self.next_turn = NextLink.decode(await self._get(NEXT), self.prefix + NEXT).turn
             self.done = True
             self.progressed = True
 
@@ -143,35 +144,5 @@ class _TurnReader:
                     f"but only {self.cursor} are stored"
                 )
 
-    async def _get_object(self, name: str) -> dict[str, Any]:
-        key = self.prefix + name
-        return decode_json_object(await self.store.get(key), key)
-
-
-def _chunk(name: str) -> tuple[int, int, str] | None:
-    parsed = parse_chunk_name(name)
-    return None if parsed is None else (*parsed, name)
-
-
-def _end_mark_next(mark: dict[str, Any], key: str) -> int:
-    """The number of events an end mark says are stored; its state must be terminal."""
-    number = mark.get("next")
-    if not isinstance(number, int) or isinstance(number, bool) or number < 0:
-        raise CorruptObjectError(f"stored object {key!r} has no valid 'next': {number!r}")
-    state = mark.get("state")
-    if state not in _TERMINAL_STATES:
-        raise CorruptObjectError(f"stored object {key!r} has no terminal 'state': {state!r}")
-    return number
-
-
-def _linked_turn(link: dict[str, Any], key: str) -> str | None:
-    """The turn a ``next.json`` names, or ``None`` after the last turn."""
-    if "turn" not in link:
-        raise CorruptObjectError(f"stored object {key!r} has no 'turn' field")
-    turn = link["turn"]
-    if turn is None:
-        return None
-    try:
-        return check_turn_id(turn)
-    except InvalidKeyError as exc:
-        raise CorruptObjectError(f"stored object {key!r} names no valid turn: {turn!r}") from exc
+    async def _get(self, name: str) -> bytes:
+        return await self.store.get(self.prefix + name)

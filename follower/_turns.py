@@ -11,27 +11,38 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
-from types import TracebackType
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
-import httpx
+import attrs
 
-from ._chunks import JSON, LiveTrajectoryChunks
+from ._chunks import LiveTrajectoryChunks, write_next_turn
+from ._clients import leased_client
 from ._errors import InvalidArgumentError, ObjectExistsError, TurnStateError
-from ._follow import follow_trajectory
-from ._http import DEFAULT_MAX_PAGE_BYTES, DEFAULT_READ_TIMEOUT_SECONDS, leased_client
-from ._keys import check_prefix, check_turn_id
-from ._layout import NEXT, encode_json, turn_prefix
-from ._stores import ObjectStore
+from ._follow import FollowProgress, follow_task
+from ._keys import check_prefix
+from ._layout import TurnKeys
+from ._options import (
+    DEFAULT_DRAIN_SECONDS,
+    DEFAULT_MAX_PAGE_BYTES,
+    DEFAULT_READ_TIMEOUT_SECONDS,
+    FollowOptions,
+)
 from ._wire import TrajectoryState
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    import httpx
+
+    from ._stores import ObjectStore
 
 logger = logging.getLogger("follower")
 
 CLEANUP_WRITE_SECONDS = 5.0
 CLEANUP_SECONDS = 10.0
-DEFAULT_DRAIN_SECONDS = 60.0
 
 
 def is_cancellation(exc: BaseException | None) -> bool:
@@ -58,12 +69,21 @@ async def _bounded(what: str, write: Callable[[], Awaitable[None]]) -> bool:
     return False
 
 
-async def write_next_turn(
-    store: ObjectStore, prefix_key: str, turn_id: str, next_turn_id: str | None
-) -> None:
-    """Write ``turn_id``'s ``next.json``: the turn after it, or null after the last."""
-    key = turn_prefix(prefix_key, turn_id) + NEXT
-    await store.put(key, encode_json({"turn": next_turn_id}), content_type=JSON)
+class TurnChain:
+    """The order of a step's turns: who followed last, so the next one can link from it.
+
+    Sync and owned by one step (:class:`LiveTurns`, or a lone turn's block). A
+    turn that follows a task asks :meth:`followed`, and is the previous turn of
+    whichever turn follows next.
+    """
+
+    def __init__(self, last_followed: str | None = None) -> None:
+        self.last_followed = last_followed
+
+    def followed(self, turn_id: str) -> str | None:
+        """Record that ``turn_id`` follows a task; the turn it links from, if any."""
+        previous, self.last_followed = self.last_followed, turn_id
+        return previous if previous != turn_id else None
 
 
 class LiveTurn:
@@ -105,37 +125,23 @@ class _TurnBlock:
         self,
         endpoint: str,
         store: ObjectStore,
-        prefix_key: str,
-        turn_id: str,
+        keys: TurnKeys,
         *,
-        poll_interval_seconds: float,
-        previous_turn_id: str | Callable[[], str | None] | None,
-        drain_seconds: float,
-        client: httpx.AsyncClient | None,
-        read_timeout_seconds: float,
-        max_page_bytes: int,
-        on_follow: Callable[[str], None] | None = None,
+        options: FollowOptions,
+        chain: TurnChain,
     ) -> None:
-        if poll_interval_seconds <= 0:
-            raise InvalidArgumentError("poll_interval_seconds must be positive")
-        if drain_seconds < 0:
-            raise InvalidArgumentError("drain_seconds must be >= 0")
         self.endpoint = endpoint
         self.store = store
-        self.prefix_key = check_prefix(prefix_key)
-        self.turn_id = check_turn_id(turn_id)
+        self.keys = keys
+        self.turn_id = keys.turn_id
         self.task_id: str | None = None
         self.reported_state: TrajectoryState | None = None
-        self._previous = previous_turn_id
+        self.progress = FollowProgress()
+        self._options = options
+        self._chain = chain
         self._linked_from: str | None = None
         self._link_landed = False
-        self._poll = poll_interval_seconds
-        self._drain_seconds = drain_seconds
-        self._client = client
-        self._read_timeout_seconds = read_timeout_seconds
-        self._max_page_bytes = max_page_bytes
-        self._on_follow = on_follow
-        self._sink = LiveTrajectoryChunks(store, prefix_key, turn_id)
+        self._sink = LiveTrajectoryChunks(store, keys.prefix_key, keys.turn_id)
         self._stop = anyio.Event()
         self._follower_done = anyio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
@@ -153,25 +159,26 @@ class _TurnBlock:
         if not isinstance(task_id, str) or not task_id:
             raise InvalidArgumentError(f"task_id must be a non-empty string, not {task_id!r}")
         self.task_id = task_id
-        previous = self._previous() if callable(self._previous) else self._previous
-        if self._on_follow is not None:
-            self._on_follow(self.turn_id)
+        self._linked_from = self._chain.followed(self.turn_id)
+        self._start_follower(task_id)
+        if self._linked_from is not None:
+            self._tg.start_soon(
+                self._link_from_previous, name=f"link {self._linked_from} -> {self.turn_id}"
+            )
+
+    def _start_follower(self, task_id: str) -> None:
+        assert self._tg is not None
         self._tg.start_soon(self._run_follower, task_id, name=f"follower {self.turn_id}")
-        if previous is not None and previous != self.turn_id:
-            self._linked_from = previous
-            self._tg.start_soon(self._link_from_previous, name=f"link {previous} -> {self.turn_id}")
 
     async def _run_follower(self, task_id: str) -> None:
         try:
-            await follow_trajectory(
+            await follow_task(
                 self.endpoint,
                 task_id,
                 self._sink,
-                poll_interval_seconds=self._poll,
                 stop=self._stop,
-                client=self._client,
-                read_timeout_seconds=self._read_timeout_seconds,
-                max_page_bytes=self._max_page_bytes,
+                options=self._options,
+                progress=self.progress,
             )
         except Exception:
             # A follower's failure is the turn's to log, never to raise: the step goes on.
@@ -187,9 +194,8 @@ class _TurnBlock:
         previous = self._linked_from
         assert previous is not None
         what = f"turn {previous}: linking to turn {self.turn_id}"
-        landed = await _bounded(
-            what, lambda: write_next_turn(self.store, self.prefix_key, previous, self.turn_id)
-        )
+        keys = TurnKeys(self.keys.prefix_key, previous)
+        landed = await _bounded(what, lambda: write_next_turn(self.store, keys, self.turn_id))
         self._link_landed = self._link_landed or landed
 
     # --- the block ------------------------------------------------------------------
@@ -222,7 +228,7 @@ class _TurnBlock:
     async def _drain(self) -> None:
         self._stop.set()
         if self.task_id is not None:
-            with anyio.move_on_after(self._drain_seconds):
+            with anyio.move_on_after(self._options.drain_seconds):
                 await self._follower_done.wait()
 
     async def _close(self, exc: BaseException | None) -> None:
@@ -270,8 +276,8 @@ class _TurnBlock:
                 await self._write_link()
 
     def _end_state(self, exc: BaseException | None) -> TrajectoryState:
-        if self._sink.final_state is not None:
-            return self._sink.final_state
+        if self.progress.complete and self.progress.state is not None:
+            return self.progress.state
         if self.reported_state is not None:
             return self.reported_state
         if exc is not None and is_cancellation(exc):
@@ -299,7 +305,7 @@ def following_live_trajectory(
     client: httpx.AsyncClient | None = None,
     read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
-) -> _TurnBlock:
+) -> AbstractAsyncContextManager[LiveTurn]:
     """Follow one turn's live trajectory for the duration of an ``async with`` block.
 
     Yields a :class:`LiveTurn`. When the body returns, the follower drains for at
@@ -308,17 +314,21 @@ def following_live_trajectory(
     Either way the turn's end mark (and the link from ``previous_turn_id``) is
     written, shielded and bounded.
     """
-    return _TurnBlock(
-        endpoint,
-        store,
-        prefix_key,
-        turn_id,
+    options = FollowOptions(
         poll_interval_seconds=poll_interval_seconds,
-        previous_turn_id=previous_turn_id,
         drain_seconds=drain_seconds,
         client=client,
         read_timeout_seconds=read_timeout_seconds,
         max_page_bytes=max_page_bytes,
+    )
+    if previous_turn_id is not None:
+        TurnKeys(prefix_key, previous_turn_id)  # refused now, not at the first link
+    return _TurnBlock(
+        endpoint,
+        store,
+        TurnKeys(prefix_key, turn_id),
+        options=options,
+        chain=TurnChain(previous_turn_id),
     )
 
 
@@ -343,28 +353,26 @@ class LiveTurns:
         read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
         max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
     ) -> None:
-        if poll_interval_seconds <= 0:
-            raise InvalidArgumentError("poll_interval_seconds must be positive")
-        if drain_seconds < 0:
-            raise InvalidArgumentError("drain_seconds must be >= 0")
         self.endpoint = endpoint
         self.store = store
         self.prefix_key = check_prefix(prefix_key)
-        self._poll = poll_interval_seconds
-        self._drain_seconds = drain_seconds
-        self._client = client
-        self._read_timeout_seconds = read_timeout_seconds
-        self._max_page_bytes = max_page_bytes
-        self._last_followed: str | None = None
+        self._options = FollowOptions(
+            poll_interval_seconds=poll_interval_seconds,
+            drain_seconds=drain_seconds,
+            client=client,
+            read_timeout_seconds=read_timeout_seconds,
+            max_page_bytes=max_page_bytes,
+        )
+        self._chain = TurnChain()
         self._turn_ids: set[str] = set()
         self._ended = False
         self._resources: AsyncExitStack | None = None
 
     @property
     def last_followed_turn_id(self) -> str | None:
-        return self._last_followed
+        return self._chain.last_followed
 
-    def following(self, turn_id: str) -> _TurnBlock:
+    def following(self, turn_id: str) -> AbstractAsyncContextManager[LiveTurn]:
         """The block of the next turn; yields a :class:`LiveTurn`."""
         if self._ended:
             raise TurnStateError("these turns have ended; no more turns can follow")
@@ -373,43 +381,35 @@ class LiveTurns:
         block = _TurnBlock(
             self.endpoint,
             self.store,
-            self.prefix_key,
-            turn_id,
-            poll_interval_seconds=self._poll,
-            previous_turn_id=lambda: self._last_followed,
-            drain_seconds=self._drain_seconds,
-            client=self._client,
-            read_timeout_seconds=self._read_timeout_seconds,
-            max_page_bytes=self._max_page_bytes,
-            on_follow=self._followed,
+            TurnKeys(self.prefix_key, turn_id),
+            options=self._options,
+            chain=self._chain,
         )
         self._turn_ids.add(turn_id)
         return block
-
-    def _followed(self, turn_id: str) -> None:
-        self._last_followed = turn_id
 
     async def end(self) -> None:
         """Mark the last followed turn as the step's last: its ``next.json`` is null."""
         if self._ended:
             return
         self._ended = True
-        last = self._last_followed
+        last = self._chain.last_followed
         if last is None:
             return
+        keys = TurnKeys(self.prefix_key, last)
         with anyio.CancelScope(shield=True):
             await _bounded(
-                f"turn {last}: marking it last",
-                lambda: write_next_turn(self.store, self.prefix_key, last, None),
+                f"turn {last}: marking it last", lambda: write_next_turn(self.store, keys, None)
             )
 
     async def __aenter__(self) -> LiveTurns:
         if self._resources is not None:
             raise TurnStateError("LiveTurns can be entered once")
         async with AsyncExitStack() as stack:
-            if self._client is None:
+            if self._options.client is None:
                 # One client for all of this step's turns, leased from the loop's shared pool.
-                self._client = await stack.enter_async_context(leased_client(None))
+                client = await stack.enter_async_context(leased_client(None))
+                self._options = attrs.evolve(self._options, client=client)
             self._resources = stack.pop_all()
         return self
 

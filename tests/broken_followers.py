@@ -16,11 +16,10 @@ import httpx
 
 import follower._follow
 import follower._turns
-from follower import TurnStateError
-from follower._chunks import JSON, LiveTrajectoryChunks
+from follower._chunks import LiveTrajectoryChunks
+from follower._exchange import read_page
 from follower._follow import AFTER_STOP_PAUSE_SECONDS, _Follower
-from follower._http import read_page
-from follower._layout import END, encode_json
+from follower._layout import JSON, EndMark
 from follower._turns import _TurnBlock
 from follower._wire import Page, TrajectoryBatch
 
@@ -52,19 +51,8 @@ class FreeTaskBlock(_TurnBlock):
 
     _task: asyncio.Task[None] | None = None
 
-    def follow(self, task_id: str) -> None:
-        if self._tg is None or self._closed:
-            raise TurnStateError(f"turn {self.turn_id!r}: follow() after the turn's block ended")
-        if self.task_id is not None:
-            raise TurnStateError(f"turn {self.turn_id!r} already follows {self.task_id!r}")
-        self.task_id = task_id
-        previous = self._previous() if callable(self._previous) else self._previous
-        if self._on_follow is not None:
-            self._on_follow(self.turn_id)
+    def _start_follower(self, task_id: str) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run_follower(task_id))
-        if previous is not None and previous != self.turn_id:
-            self._linked_from = previous
-            self._tg.start_soon(self._link_from_previous)
 
     async def __aexit__(
         self,
@@ -116,8 +104,8 @@ class RetryingFollower(_Follower):
             self.endpoint,
             self.task_id,
             cursor,
-            read_timeout_seconds=self.read_timeout_seconds,
-            max_page_bytes=self.max_page_bytes,
+            read_timeout_seconds=self.options.read_timeout_seconds,
+            max_page_bytes=self.options.max_page_bytes,
         )
 
     async def _wait_or_stop(self, seconds: float) -> None:
@@ -178,15 +166,15 @@ class EarlyEndChunks(LiveTrajectoryChunks):
 
     async def __call__(self, batch: TrajectoryBatch) -> None:
         if batch.last:
-            mark = {"state": batch.state.value, "next": batch.next}
-            await self._put(END, encode_json(mark), JSON)
+            mark = EndMark(batch.state, batch.next)
+            await self._put(self.keys.end, mark.encode(), JSON)
         await super().__call__(batch)
 
 
 class EarlyEndBlock(_TurnBlock):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self._sink = EarlyEndChunks(self.store, self.prefix_key, self.turn_id)
+        self._sink = EarlyEndChunks(self.store, self.keys.prefix_key, self.turn_id)
 
 
 END_BEFORE_LAST_CHUNK = Variant(

@@ -52,8 +52,8 @@ from follower import (
     TrajectoryState,
     following_live_trajectory,
 )
+from follower._exchange import POOL_WAIT_SECONDS
 from follower._follow import retry_delay
-from follower._http import POOL_WAIT_SECONDS
 from follower._turns import CLEANUP_SECONDS, CLEANUP_WRITE_SECONDS
 
 ENDPOINT = "http://agent.test/ext/trajectory"
@@ -896,10 +896,10 @@ def _short(exc: BaseException | None) -> str:
 
 
 def _tracked_follow(world: World, real: Callable[..., Any]) -> Callable[..., Any]:
-    """``follow_trajectory``, counting live followers and the batches their sink accepted."""
+    """The turns' follower, counting live followers and the batches their sink accepted."""
 
     @functools.wraps(real)
-    async def follow_trajectory(endpoint: str, tid: str, sink: Any, **options: Any) -> None:
+    async def follow_task(endpoint: str, tid: str, sink: Any, **options: Any) -> Any:
         record = world.followers.setdefault(tid, FollowerRecord(tid))
         record.starts += 1
         record.alive += 1
@@ -909,12 +909,12 @@ def _tracked_follow(world: World, real: Callable[..., Any]) -> Callable[..., Any
             record.accepted.append(batch)
 
         try:
-            await real(endpoint, tid, accepting, **options)
+            return await real(endpoint, tid, accepting, **options)
         finally:
             record.alive -= 1
             record.ended = world.mark()
 
-    return follow_trajectory
+    return follow_task
 
 
 def backend_options(backend: str) -> dict[str, Any]:
@@ -942,8 +942,8 @@ def run_step(script: StepScript, backend: str, variant: Variant = LIBRARY) -> Wo
     with pytest.MonkeyPatch.context() as patch, _quiet_library():
         patch.setattr(
             follower._turns,
-            "follow_trajectory",
-            _tracked_follow(world, follower._follow.follow_trajectory),
+            "follow_task",
+            _tracked_follow(world, follower._follow.follow_task),
         )
         for target, name, value in variant.patches:
             patch.setattr(target, name, value)

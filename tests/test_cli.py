@@ -22,6 +22,7 @@ import attrs
 import pytest
 
 from follower import FilesystemStore, LiveTrajectoryChunks, TrajectoryBatch, TrajectoryState
+from follower._chunks import write_next_turn
 from follower._cli import (
     EXIT_BAD_STORE,
     EXIT_ERROR,
@@ -32,7 +33,7 @@ from follower._cli import (
     EXIT_UNREACHABLE,
     EXIT_USAGE,
 )
-from follower._turns import write_next_turn
+from follower._layout import TurnKeys
 from follower._wire import TRAJECTORY_EXTENSION_URI
 from follower.testing import ReferenceAgent, TaskScript
 
@@ -329,7 +330,7 @@ async def write_step_that_never_ends(root: Path) -> list[Any]:
     t1 = LiveTrajectoryChunks(store, "step/", "t1")
     await t1(TrajectoryBatch(0, 3, first, "test/v1", TrajectoryState.COMPLETED, True))
     await t1.end(TrajectoryState.COMPLETED)
-    await write_next_turn(store, "step/", "t1", "t2")
+    await write_next_turn(store, TurnKeys("step/", "t1"), "t2")
     t2 = LiveTrajectoryChunks(store, "step/", "t2")
     await t2(TrajectoryBatch(0, 2, second, "test/v1", TrajectoryState.RUNNING, False))
     return [("t1", i, e) for i, e in enumerate(first)] + [

@@ -36,7 +36,8 @@ from follower import (
     TrajectoryState,
     read_live_trajectory,
 )
-from follower._turns import write_next_turn
+from follower._chunks import write_next_turn
+from follower._layout import TurnKeys
 
 from .virtual_time import virtual_time_backends
 
@@ -122,7 +123,7 @@ async def store_turn(
     if ended:
         await sink.end(TrajectoryState.COMPLETED)
     if linked:
-        await write_next_turn(store, PREFIX, turn_id, next_turn)
+        await write_next_turn(store, TurnKeys(PREFIX, turn_id), next_turn)
     return expected(turn_id, [event for page in pages for event in page])
 
 
@@ -224,7 +225,7 @@ async def test_turns_under_the_empty_prefix_are_read() -> None:
         sink = LiveTrajectoryChunks(store, "", "t1")
         await sink(batch(0, ["a", "b"], last=True))
         await sink.end(TrajectoryState.COMPLETED)
-        await write_next_turn(store, "", "t1", None)
+        await write_next_turn(store, TurnKeys("", "t1"), None)
         got = [e async for e in read_live_trajectory(store, "", "t1", poll_interval_seconds=POLL)]
         assert got == expected("t1", ["a", "b"])
 
@@ -291,7 +292,7 @@ async def follow_a_concurrent_writer(inner: ObjectStore, poll: float) -> None:
         await t1.end(TrajectoryState.COMPLETED)  # chunk and end mark land together
         await receive_events(1)
         await store.next_listing()  # ended, not linked yet: the reader waits
-        await write_next_turn(store, PREFIX, "t1", "t2")
+        await write_next_turn(store, TurnKeys(PREFIX, "t1"), "t2")
         await store.next_listing()
         await store.next_listing()  # the reader polls t2, which holds nothing yet
         t2 = LiveTrajectoryChunks(store, PREFIX, "t2")
@@ -301,7 +302,7 @@ async def follow_a_concurrent_writer(inner: ObjectStore, poll: float) -> None:
         await receive_events(len(EVENTS) - 6)
         await t2.end(TrajectoryState.COMPLETED)
         await store.next_listing()
-        await write_next_turn(store, PREFIX, "t2", None)
+        await write_next_turn(store, TurnKeys(PREFIX, "t2"), None)
         # The reader ends on the null link, closing the stream.
         got.extend([event async for event in receive])
 
@@ -335,7 +336,7 @@ async def test_a_new_chunk_is_yielded_within_one_poll_interval() -> None:
             assert await receive.receive() == StoredEvent("t1", 0, "a")
             assert anyio.current_time() - written_at <= poll + 0.01
             await sink.end(TrajectoryState.COMPLETED)
-            await write_next_turn(store, PREFIX, "t1", None)
+            await write_next_turn(store, TurnKeys(PREFIX, "t1"), None)
             assert [event async for event in receive] == []
 
 
@@ -414,7 +415,7 @@ async def test_each_new_object_restarts_the_idle_clock() -> None:
             await sink.end(TrajectoryState.COMPLETED)  # the end mark is new too
             await store.next_listing()
             await anyio.sleep(gap)
-            await write_next_turn(store, PREFIX, "t1", None)
+            await write_next_turn(store, TurnKeys(PREFIX, "t1"), None)
             got.extend([event async for event in receive])
 
         assert got == expected("t1", [0, 1])
