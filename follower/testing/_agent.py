@@ -1,5 +1,10 @@
-"""The reference agent: an ASGI app serving an A2A agent card, A2A JSON-RPC 2.0 and the
-trajectory extension's cursor read (DESIGN §1), with faults a test can switch on.
+"""The reference agent: an ASGI app that a test can make misbehave, and its statistics.
+
+It serves an A2A agent card, A2A JSON-RPC 2.0 and the trajectory extension's
+cursor read (docs/protocol.md). This module routes requests and keeps the
+agent's state: its tasks, its fault and its counts. The rules of each part sit
+in the modules below it: ``_tasks``, ``_jsonrpc``, ``_cursor_read``,
+``_fault_pages``, ``_asgi`` and ``_transport``.
 
 Tasks have no background task behind them: each answer computes the task's
 progress from the clock (see ``_script``), so the state and the number of events
