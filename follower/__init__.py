@@ -33,6 +33,7 @@ from ._errors import TaskTimeoutError as TaskTimeoutError
 from ._errors import TurnStateError as TurnStateError
 from ._errors import UnknownStateError as UnknownStateError
 from ._errors import UsageError as UsageError
+from ._follow import FollowOutcome as FollowOutcome
 from ._follow import follow_trajectory as follow_trajectory
 from ._reader import StoredEvent as StoredEvent
 from ._reader import read_live_trajectory as read_live_trajectory
@@ -46,3 +47,57 @@ from ._wire import TrajectoryBatch as TrajectoryBatch
 from ._wire import TrajectoryState as TrajectoryState
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "A2AAgent",
+    "A2AProtocolError",
+    "A2ATask",
+    "AgentCardError",
+    "AgentError",
+    "AgentRefusedError",
+    "AgentUnavailableError",
+    "CorruptObjectError",
+    "CursorMismatchError",
+    "FilesystemStore",
+    "FollowOutcome",
+    "FollowerError",
+    "InvalidArgumentError",
+    "InvalidKeyError",
+    "LiveTrajectoryChunks",
+    "LiveTurn",
+    "LiveTurns",
+    "MalformedPageError",
+    "MemoryStore",
+    "NoProgressError",
+    "ObjectExistsError",
+    "ObjectNotFoundError",
+    "ObjectStore",
+    "PageFieldError",
+    "PageNotAnObjectError",
+    "PageTooLargeError",
+    "PoolBusyError",
+    "ReaderIdleError",
+    "StoreError",
+    "StoredEvent",
+    "TaskMismatchError",
+    "TaskNotFoundError",
+    "TaskTimeoutError",
+    "TrajectoryBatch",
+    "TrajectoryState",
+    "TurnStateError",
+    "UnknownStateError",
+    "UsageError",
+    "connect_agent",
+    "follow_trajectory",
+    "following_live_trajectory",
+    "live_trajectory_endpoint",
+    "read_live_trajectory",
+    "run_a2a_turn",
+]
+
+# Name the public path, not the private module, in reprs, tracebacks and docs.
+for _name in __all__:
+    _value = globals()[_name]
+    if getattr(_value, "__module__", "").startswith(__name__ + "._"):
+        _value.__module__ = __name__
+del _name, _value
