@@ -37,11 +37,11 @@ from ._follow import FollowOutcome as FollowOutcome
 from ._follow import follow_trajectory as follow_trajectory
 from ._reader import StoredEvent as StoredEvent
 from ._reader import read_live_trajectory as read_live_trajectory
+from ._step import LiveTurns as LiveTurns
 from ._stores import FilesystemStore as FilesystemStore
 from ._stores import MemoryStore as MemoryStore
 from ._stores import ObjectStore as ObjectStore
 from ._turns import LiveTurn as LiveTurn
-from ._turns import LiveTurns as LiveTurns
 from ._turns import following_live_trajectory as following_live_trajectory
 from ._wire import TrajectoryBatch as TrajectoryBatch
 from ._wire import TrajectoryState as TrajectoryState

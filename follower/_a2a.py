@@ -35,7 +35,8 @@ from ._errors import (
 )
 from ._exchange import exchange
 from ._options import DEFAULT_READ_TIMEOUT_SECONDS
-from ._turns import LiveTurn, LiveTurns
+from ._step import LiveTurns
+from ._turns import LiveTurn
 
 if TYPE_CHECKING:
     import httpx

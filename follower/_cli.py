@@ -26,7 +26,7 @@ from ._errors import (
 )
 from ._reader import read_live_trajectory
 from ._stores import FilesystemStore, MemoryStore, ObjectStore
-from ._turns import LiveTurns
+from ._step import LiveTurns
 
 # Exit codes: one per failure a user can act on.
 EXIT_OK = 0

@@ -24,7 +24,7 @@ from ._keys import check_prefix
 from ._layout import END, NEXT, parse_chunk_name, turn_prefix
 from ._reader import read_live_trajectory
 from ._stores import ObjectStore
-from ._turns import LiveTurns
+from ._step import LiveTurns
 
 DEMO_TASK_DEADLINE_SECONDS = 15.0
 DEMO_A2A_TIMEOUT_SECONDS = 2.0

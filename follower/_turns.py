@@ -1,4 +1,4 @@
-"""A step's turns: the task group that owns their followers, and their stored marks.
+"""One turn of a step: the task group that owns its follower, and its stored marks.
 
 This is the one module that owns tasks. A turn's block opens a task group; its
 follower runs in it and never raises into it; the block's exit decides, from
@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
-import attrs
 
 from ._chunks import LiveTrajectoryChunks, write_next_turn
-from ._clients import leased_client
 from ._errors import InvalidArgumentError, ObjectExistsError, TurnStateError
 from ._follow import FollowProgress, follow_task
-from ._keys import check_prefix
 from ._layout import TurnKeys
 from ._options import (
     DEFAULT_DRAIN_SECONDS,
@@ -53,7 +50,7 @@ def is_cancellation(exc: BaseException | None) -> bool:
     return isinstance(exc, cancelled)
 
 
-async def _bounded(what: str, write: Callable[[], Awaitable[None]]) -> bool:
+async def bounded_cleanup(what: str, write: Callable[[], Awaitable[None]]) -> bool:
     """Run one cleanup write within its bound; log, never raise, if it fails."""
     with anyio.move_on_after(CLEANUP_WRITE_SECONDS) as scope:
         try:
@@ -195,7 +192,9 @@ class _TurnBlock:
         assert previous is not None
         what = f"turn {previous}: linking to turn {self.turn_id}"
         keys = TurnKeys(self.keys.prefix_key, previous)
-        landed = await _bounded(what, lambda: write_next_turn(self.store, keys, self.turn_id))
+        landed = await bounded_cleanup(
+            what, lambda: write_next_turn(self.store, keys, self.turn_id)
+        )
         self._link_landed = self._link_landed or landed
 
     # --- the block ------------------------------------------------------------------
@@ -271,7 +270,9 @@ class _TurnBlock:
         with anyio.move_on_after(CLEANUP_SECONDS, shield=True):
             if self.task_id is not None:
                 state = self._end_state(exc)
-                await _bounded(f"turn {self.turn_id}: end mark", lambda: self._sink.end(state))
+                await bounded_cleanup(
+                    f"turn {self.turn_id}: end mark", lambda: self._sink.end(state)
+                )
             if self._linked_from is not None and not self._link_landed:
                 await self._write_link()
 
@@ -323,7 +324,7 @@ def following_live_trajectory(
     )
     if previous_turn_id is not None:
         TurnKeys(prefix_key, previous_turn_id)  # refused now, not at the first link
-    return _TurnBlock(
+    return open_turn(
         endpoint,
         store,
         TurnKeys(prefix_key, turn_id),
@@ -332,96 +333,8 @@ def following_live_trajectory(
     )
 
 
-class LiveTurns:
-    """A step's turns, linked in order: ``following(turn_id)`` for each, ``end()`` after.
-
-    "Previous" is the last turn that followed a task: when a turn calls
-    ``follow()``, the previous one's ``next.json`` is written to name it. As
-    ``async with LiveTurns(...) as turns:``, the exit marks the last turn and
-    releases the client the turns share, whatever ended the step.
-    """
-
-    def __init__(
-        self,
-        endpoint: str,
-        store: ObjectStore,
-        prefix_key: str,
-        *,
-        poll_interval_seconds: float,
-        drain_seconds: float = DEFAULT_DRAIN_SECONDS,
-        client: httpx.AsyncClient | None = None,
-        read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
-        max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
-    ) -> None:
-        self.endpoint = endpoint
-        self.store = store
-        self.prefix_key = check_prefix(prefix_key)
-        self._options = FollowOptions(
-            poll_interval_seconds=poll_interval_seconds,
-            drain_seconds=drain_seconds,
-            client=client,
-            read_timeout_seconds=read_timeout_seconds,
-            max_page_bytes=max_page_bytes,
-        )
-        self._chain = TurnChain()
-        self._turn_ids: set[str] = set()
-        self._ended = False
-        self._resources: AsyncExitStack | None = None
-
-    @property
-    def last_followed_turn_id(self) -> str | None:
-        return self._chain.last_followed
-
-    def following(self, turn_id: str) -> AbstractAsyncContextManager[LiveTurn]:
-        """The block of the next turn; yields a :class:`LiveTurn`."""
-        if self._ended:
-            raise TurnStateError("these turns have ended; no more turns can follow")
-        if turn_id in self._turn_ids:
-            raise TurnStateError(f"turn {turn_id!r} was already used in this step")
-        block = _TurnBlock(
-            self.endpoint,
-            self.store,
-            TurnKeys(self.prefix_key, turn_id),
-            options=self._options,
-            chain=self._chain,
-        )
-        self._turn_ids.add(turn_id)
-        return block
-
-    async def end(self) -> None:
-        """Mark the last followed turn as the step's last: its ``next.json`` is null."""
-        if self._ended:
-            return
-        self._ended = True
-        last = self._chain.last_followed
-        if last is None:
-            return
-        keys = TurnKeys(self.prefix_key, last)
-        with anyio.CancelScope(shield=True):
-            await _bounded(
-                f"turn {last}: marking it last", lambda: write_next_turn(self.store, keys, None)
-            )
-
-    async def __aenter__(self) -> LiveTurns:
-        if self._resources is not None:
-            raise TurnStateError("LiveTurns can be entered once")
-        async with AsyncExitStack() as stack:
-            if self._options.client is None:
-                # One client for all of this step's turns, leased from the loop's shared pool.
-                client = await stack.enter_async_context(leased_client(None))
-                self._options = attrs.evolve(self._options, client=client)
-            self._resources = stack.pop_all()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            await self.end()
-        finally:
-            assert self._resources is not None
-            with anyio.CancelScope(shield=True):
-                await self._resources.aclose()
+def open_turn(
+    endpoint: str, store: ObjectStore, keys: TurnKeys, *, options: FollowOptions, chain: TurnChain
+) -> AbstractAsyncContextManager[LiveTurn]:
+    """The block of one turn of ``chain``'s step, not yet entered."""
+    return _TurnBlock(endpoint, store, keys, options=options, chain=chain)

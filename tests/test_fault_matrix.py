@@ -24,7 +24,8 @@ from follower import (
 )
 from follower._a2a import CANCEL_TASK_SECONDS
 from follower._exchange import POOL_WAIT_SECONDS
-from follower._turns import CLEANUP_SECONDS, LiveTurns
+from follower._step import LiveTurns
+from follower._turns import CLEANUP_SECONDS
 from follower.testing import Fault, ReferenceAgent, TaskScript
 
 from .virtual_time import virtual_time_backends

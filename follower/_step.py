@@ -1,0 +1,130 @@
+"""A step's turns, linked in order, and the client they share.
+
+The turns' blocks (``_turns``) own the tasks; this module only orders the turns,
+marks the step's last one, and releases what the turns shared.
+"""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING
+
+import anyio
+import attrs
+
+from ._chunks import write_next_turn
+from ._clients import leased_client
+from ._errors import TurnStateError
+from ._keys import check_prefix
+from ._layout import TurnKeys
+from ._options import (
+    DEFAULT_DRAIN_SECONDS,
+    DEFAULT_MAX_PAGE_BYTES,
+    DEFAULT_READ_TIMEOUT_SECONDS,
+    FollowOptions,
+)
+from ._turns import TurnChain, bounded_cleanup, open_turn
+
+if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+    from types import TracebackType
+
+    import httpx
+
+    from ._stores import ObjectStore
+    from ._turns import LiveTurn
+
+
+class LiveTurns:
+    """A step's turns, linked in order: ``following(turn_id)`` for each, ``end()`` after.
+
+    "Previous" is the last turn that followed a task: when a turn calls
+    ``follow()``, the previous one's ``next.json`` is written to name it. As
+    ``async with LiveTurns(...) as turns:``, the exit marks the last turn and
+    releases the client the turns share, whatever ended the step.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        store: ObjectStore,
+        prefix_key: str,
+        *,
+        poll_interval_seconds: float,
+        drain_seconds: float = DEFAULT_DRAIN_SECONDS,
+        client: httpx.AsyncClient | None = None,
+        read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
+        max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+    ) -> None:
+        self.endpoint = endpoint
+        self.store = store
+        self.prefix_key = check_prefix(prefix_key)
+        self._options = FollowOptions(
+            poll_interval_seconds=poll_interval_seconds,
+            drain_seconds=drain_seconds,
+            client=client,
+            read_timeout_seconds=read_timeout_seconds,
+            max_page_bytes=max_page_bytes,
+        )
+        self._chain = TurnChain()
+        self._turn_ids: set[str] = set()
+        self._ended = False
+        self._resources: AsyncExitStack | None = None
+
+    @property
+    def last_followed_turn_id(self) -> str | None:
+        return self._chain.last_followed
+
+    def following(self, turn_id: str) -> AbstractAsyncContextManager[LiveTurn]:
+        """The block of the next turn; yields a :class:`LiveTurn`."""
+        if self._ended:
+            raise TurnStateError("these turns have ended; no more turns can follow")
+        if turn_id in self._turn_ids:
+            raise TurnStateError(f"turn {turn_id!r} was already used in this step")
+        block = open_turn(
+            self.endpoint,
+            self.store,
+            TurnKeys(self.prefix_key, turn_id),
+            options=self._options,
+            chain=self._chain,
+        )
+        self._turn_ids.add(turn_id)
+        return block
+
+    async def end(self) -> None:
+        """Mark the last followed turn as the step's last: its ``next.json`` is null."""
+        if self._ended:
+            return
+        self._ended = True
+        last = self._chain.last_followed
+        if last is None:
+            return
+        keys = TurnKeys(self.prefix_key, last)
+        with anyio.CancelScope(shield=True):
+            await bounded_cleanup(
+                f"turn {last}: marking it last", lambda: write_next_turn(self.store, keys, None)
+            )
+
+    async def __aenter__(self) -> LiveTurns:
+        if self._resources is not None:
+            raise TurnStateError("LiveTurns can be entered once")
+        async with AsyncExitStack() as stack:
+            if self._options.client is None:
+                # One client for all of this step's turns, leased from the loop's shared pool.
+                client = await stack.enter_async_context(leased_client(None))
+                self._options = attrs.evolve(self._options, client=client)
+            self._resources = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self.end()
+        finally:
+            assert self._resources is not None
+            with anyio.CancelScope(shield=True):
+                await self._resources.aclose()
