@@ -6,16 +6,19 @@ a request (that is :mod:`follower._exchange`).
 
 from __future__ import annotations
 
-import ssl
 import threading
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
 import attrs
 import httpx
+
+if TYPE_CHECKING:
+    import ssl
+    from collections.abc import AsyncIterator
 
 # Each follower has at most one read in flight, so a client leased to at most
 # this many followers never makes one of them wait for a connection. Small, because

@@ -7,9 +7,8 @@ which is not the agent's fault and must never count as a failed read of it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import httpx
@@ -24,6 +23,9 @@ from ._errors import (
 )
 from ._options import DEFAULT_MAX_PAGE_BYTES, DEFAULT_READ_TIMEOUT_SECONDS
 from ._wire import Page
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator, AsyncIterator
 
 # Our own pools never make a follower wait; a caller's client might. A full pool is
 # not the agent's fault: after this long the read gives up (PoolBusyError) and is retried.
@@ -167,7 +169,7 @@ async def _read_capped(response: httpx.Response, limit: int, *, cut: bool = Fals
     # bytes held. A body cut short leaves httpx's nested generators to the garbage
     # collector (trio warns, when ResourceWarnings are shown): only pages over the
     # cap and error bodies over 64 KiB are cut short.
-    async with aclosing(cast(AsyncGenerator[bytes], response.aiter_bytes())) as chunks:
+    async with aclosing(cast("AsyncGenerator[bytes]", response.aiter_bytes())) as chunks:
         async for chunk in chunks:
             size += len(chunk)
             if size > limit:

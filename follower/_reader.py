@@ -7,7 +7,6 @@ The reader is a tail: it waits for new objects as long as its caller lets it
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -18,6 +17,8 @@ from ._layout import END, NEXT, EndMark, NextLink, TurnKeys, chunk_positions, de
 from ._options import positive_seconds
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from ._stores import ObjectStore
 
 DEFAULT_READER_POLL_SECONDS = 1.0

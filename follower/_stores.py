@@ -6,12 +6,11 @@ so a cancelled step cancels its writes with it.
 
 from __future__ import annotations
 
-import builtins
 import os
 import re
 import secrets
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import anyio
 import anyio.lowlevel
@@ -19,6 +18,9 @@ import anyio.to_thread
 
 from ._errors import InvalidKeyError, ObjectExistsError, ObjectNotFoundError, StoreError
 from ._keys import check_key, check_list_prefix
+
+if TYPE_CHECKING:
+    import builtins
 
 
 @runtime_checkable

@@ -10,8 +10,6 @@ no outcome of the step is replaced and no follower outlives the block.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
 import anyio
@@ -30,6 +28,8 @@ from ._options import (
 from ._wire import TrajectoryState
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from contextlib import AbstractAsyncContextManager
     from types import TracebackType
 
     import httpx
