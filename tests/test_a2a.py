@@ -35,7 +35,7 @@ from follower import (
 from follower._a2a import CANCEL_TASK_SECONDS
 from follower.testing import ReferenceAgent, TaskScript
 
-from .virtual_time import virtual_time_backends
+from .support.virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
 

@@ -34,8 +34,8 @@ from follower import (
 )
 from follower._follow import retry_delay
 
-from .agents import ENDPOINT, RecordingSink, ScriptedAgent
-from .virtual_time import virtual_time_backends
+from .support.agents import ENDPOINT, RecordingSink, ScriptedAgent
+from .support.virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
 

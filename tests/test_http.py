@@ -48,8 +48,8 @@ from follower._errors import PoolBusyError
 from follower._exchange import read_page
 from follower._wire import Page
 
-from .agents import ENDPOINT, ScriptedAgent
-from .virtual_time import virtual_time_backends
+from .support.agents import ENDPOINT, ScriptedAgent
+from .support.virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
 

@@ -39,7 +39,7 @@ from follower import (
 from follower._chunks import write_next_turn
 from follower._layout import TurnKeys
 
-from .virtual_time import virtual_time_backends
+from .support.virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
 

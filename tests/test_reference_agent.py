@@ -49,7 +49,7 @@ from follower.testing import (
     serve_agent,
 )
 
-from .virtual_time import virtual_time_backends
+from .support.virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
 

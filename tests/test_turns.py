@@ -22,8 +22,8 @@ from follower import (
 from follower._clients import _shared_ssl_context, client_pool
 from follower._turns import CLEANUP_SECONDS
 
-from .agents import ENDPOINT, ScriptedAgent
-from .virtual_time import virtual_time_backends
+from .support.agents import ENDPOINT, ScriptedAgent
+from .support.virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
 

@@ -1,0 +1,1 @@
+"""What tests of every kind share: fake agents, clocks, profiles, and readers of stored steps."""
