@@ -37,7 +37,7 @@ from follower._layout import TurnKeys
 from follower._wire import TRAJECTORY_EXTENSION_URI
 from follower.testing import ReferenceAgent, TaskScript
 
-from .cli_helpers import (
+from .support.cli import (
     CONSOLE_SCRIPT,
     VERDICT,
     AgentWithoutLiveTrajectory,
