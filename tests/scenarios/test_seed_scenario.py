@@ -17,7 +17,7 @@ import pytest
 
 from follower import MemoryStore, following_live_trajectory
 
-from .support.agents import bad_server
+from ..support.agents import bad_server
 
 pytestmark = pytest.mark.anyio
 

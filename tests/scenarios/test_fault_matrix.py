@@ -28,7 +28,7 @@ from follower._step import LiveTurns
 from follower._turns import CLEANUP_SECONDS
 from follower.testing import Fault, ReferenceAgent, TaskScript
 
-from .support.virtual_time import virtual_time_backends
+from ..support.virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
 

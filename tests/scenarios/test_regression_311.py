@@ -18,8 +18,8 @@ import pytest
 
 from follower import TrajectoryState, follow_trajectory
 
-from .support.agents import ENDPOINT, RecordingSink, ScriptedAgent
-from .support.virtual_time import virtual_time_backends
+from ..support.agents import ENDPOINT, RecordingSink, ScriptedAgent
+from ..support.virtual_time import virtual_time_backends
 
 LOSES_CANCELS = sys.version_info < (3, 12)
 GAPS = [0, 1, 2]  # loop ticks between setting stop and cancelling
