@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from follower._follow import AFTER_STOP_PAUSE_SECONDS, BACKOFF_STEP_SECONDS
 
-from . import hypothesis_profiles as hypothesis_profiles  # registers the profiles
 from .property_harness import (
     FORMAT,
     TERMINAL_STATES,
@@ -34,6 +33,7 @@ from .property_harness import (
     TurnScript,
     Until,
 )
+from .support import hypothesis_profiles as hypothesis_profiles  # registers the profiles
 
 POLL_INTERVALS = (0.5, 1.0, 2.0)
 DRAIN_SECONDS = (0.0, 0.5, 3.0, 7.0)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import event, given, note
 
-from .hypothesis_profiles import property_settings
 from .property_harness import (
     Answer,
     Ending,
@@ -32,6 +31,7 @@ from .property_harness import (
     run_step,
 )
 from .strategies import step_scripts
+from .support.hypothesis_profiles import property_settings
 
 BACKENDS = ["asyncio", "trio"]
 

@@ -22,7 +22,6 @@ from .broken_followers import (
     WAIT_FOR,
     WRAPS_EXCEPTION,
 )
-from .hypothesis_profiles import property_settings
 from .property_harness import (
     LIBRARY,
     ChunksWrong,
@@ -39,6 +38,7 @@ from .property_harness import (
     run_step,
 )
 from .strategies import step_scripts
+from .support.hypothesis_profiles import property_settings
 
 Bites = tuple[type[PropertyViolation], ...]
 # Examples a search may take. A search stops at its first counterexample (most

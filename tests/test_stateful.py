@@ -15,7 +15,6 @@ from hypothesis import event, note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-from .hypothesis_profiles import property_settings
 from .property_harness import (
     Action,
     AgentAnswers,
@@ -48,6 +47,7 @@ from .strategies import (
     terminal_states,
     waits,
 )
+from .support.hypothesis_profiles import property_settings
 
 MAX_TURNS = 4
 SECOND_CANCEL_ANCHORS = ("with_end", "ticks", "after", "drain_deadline", "end_mark")
