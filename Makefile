@@ -8,7 +8,7 @@ demo:  ## the main job: a 3-turn step against the reference agent, stored under 
 	@py=$$(tools/venv $${DEMO_PYTHON:-3.11} testing,trio) && $$py -m follower demo
 
 stress:  ## the property tests with ten times more examples, new ones each run
-	@HYPOTHESIS_PROFILE=stress tools/test tests/test_properties.py tests/test_properties_bite.py tests/test_stateful.py
+	@HYPOTHESIS_PROFILE=stress tools/test tests/properties
 
 bench:  ## many followers in one process, client shapes compared (BENCH_ARGS="--agent-process")
 	@py=$$(tools/venv $${BENCH_PYTHON:-3.11} testing,trio) && $$py benchmarks/many_followers.py $(BENCH_ARGS)

@@ -15,7 +15,8 @@ from hypothesis import event, note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-from .property_harness import (
+from ..support.hypothesis_profiles import property_settings
+from .harness import (
     Action,
     AgentAnswers,
     Ending,
@@ -47,7 +48,6 @@ from .strategies import (
     terminal_states,
     waits,
 )
-from .support.hypothesis_profiles import property_settings
 
 MAX_TURNS = 4
 SECOND_CANCEL_ANCHORS = ("with_end", "ticks", "after", "drain_deadline", "end_mark")

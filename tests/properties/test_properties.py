@@ -1,9 +1,9 @@
 """The cancellation properties of a step's turns, on random scripts, both backends.
 
-Each example runs one :class:`~tests.property_harness.StepScript` (agent,
-store and body drawn by :mod:`tests.strategies`) in a fresh event loop on a
+Each example runs one :class:`~tests.properties.harness.StepScript` (agent,
+store and body drawn by :mod:`tests.properties.strategies`) in a fresh event loop on a
 fresh virtual clock, then checks the six properties of
-:func:`~tests.property_harness.check_properties`. The examples run with
+:func:`~tests.properties.harness.check_properties`. The examples run with
 ``anyio.run`` inside a plain ``@given`` test rather than under anyio's pytest
 plugin: a fresh loop and clock per example keeps examples independent, which
 shrinking and replaying need.
@@ -14,7 +14,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import event, given, note
 
-from .property_harness import (
+from ..support.hypothesis_profiles import property_settings
+from .harness import (
     Answer,
     Ending,
     Follow,
@@ -31,7 +32,6 @@ from .property_harness import (
     run_step,
 )
 from .strategies import step_scripts
-from .support.hypothesis_profiles import property_settings
 
 BACKENDS = ["asyncio", "trio"]
 

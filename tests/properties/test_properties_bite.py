@@ -1,7 +1,7 @@
 """The properties bite: pointed at followers broken on purpose, Hypothesis finds each one out.
 
 Each test runs the property search of ``test_properties.py`` (same strategies,
-same checks) against one follower of ``tests/broken_followers.py`` and asserts
+same checks) against one follower of ``tests/properties/broken_followers.py`` and asserts
 that Hypothesis fails, on the property that follower breaks: other properties
 are not what that follower is about, so their violations do not count as its
 counterexample. The counterexample found is then run against the library
@@ -15,6 +15,7 @@ import sys
 import pytest
 from hypothesis import Phase, given
 
+from ..support.hypothesis_profiles import property_settings
 from .broken_followers import (
     DRAINS_FOREVER,
     END_BEFORE_LAST_CHUNK,
@@ -22,7 +23,7 @@ from .broken_followers import (
     WAIT_FOR,
     WRAPS_EXCEPTION,
 )
-from .property_harness import (
+from .harness import (
     LIBRARY,
     ChunksWrong,
     EndMarkCount,
@@ -38,7 +39,6 @@ from .property_harness import (
     run_step,
 )
 from .strategies import step_scripts
-from .support.hypothesis_profiles import property_settings
 
 Bites = tuple[type[PropertyViolation], ...]
 # Examples a search may take. A search stops at its first counterexample (most

@@ -2,7 +2,7 @@
 
 Each is the library with one piece replaced (a subclass of its follower loop or
 of its turn block, patched in for one example by a :class:`Variant`), so that
-``tests/test_properties_bite.py`` can show the properties catch each mistake.
+``tests/properties/test_properties_bite.py`` can show the properties catch each mistake.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from follower._layout import JSON, EndMark
 from follower._turns import _TurnBlock
 from follower._wire import Page, TrajectoryBatch
 
-from .property_harness import Variant
+from .harness import Variant
 
 # --- the 3.11 wait_for race, with the old follower's free task -------------------------
 

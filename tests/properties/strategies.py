@@ -1,6 +1,6 @@
 """Hypothesis strategies for step scripts: the agent, the store, and the step's body.
 
-Every strategy draws plain values (:mod:`tests.property_harness` scripts), so a
+Every strategy draws plain values (:mod:`tests.properties.harness` scripts), so a
 falsifying example prints as a readable script. Times are drawn partly from
 the instants where races live (the poll interval, a backoff's end, the pause
 after stop, the drain deadline) and partly at random.
@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from follower._follow import AFTER_STOP_PAUSE_SECONDS, BACKOFF_STEP_SECONDS
 
-from .property_harness import (
+from ..support import hypothesis_profiles as hypothesis_profiles  # registers the profiles
+from .harness import (
     FORMAT,
     TERMINAL_STATES,
     Action,
@@ -33,7 +34,6 @@ from .property_harness import (
     TurnScript,
     Until,
 )
-from .support import hypothesis_profiles as hypothesis_profiles  # registers the profiles
 
 POLL_INTERVALS = (0.5, 1.0, 2.0)
 DRAIN_SECONDS = (0.0, 0.5, 3.0, 7.0)

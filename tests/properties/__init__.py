@@ -1,0 +1,1 @@
+"""Property tests of the cancellation races: scripted steps on virtual time, six properties."""
