@@ -19,6 +19,7 @@ from ._errors import InvalidArgumentError as InvalidArgumentError
 from ._errors import InvalidKeyError as InvalidKeyError
 from ._errors import MalformedPageError as MalformedPageError
 from ._errors import NoProgressError as NoProgressError
+from ._errors import ObjectConflictError as ObjectConflictError
 from ._errors import ObjectExistsError as ObjectExistsError
 from ._errors import ObjectNotFoundError as ObjectNotFoundError
 from ._errors import PageFieldError as PageFieldError
@@ -69,6 +70,7 @@ __all__ = [
     "MalformedPageError",
     "MemoryStore",
     "NoProgressError",
+    "ObjectConflictError",
     "ObjectExistsError",
     "ObjectNotFoundError",
     "ObjectStore",

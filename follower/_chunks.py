@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ._errors import ObjectExistsError, UsageError
+from ._errors import ObjectConflictError, ObjectExistsError, UsageError
 from ._layout import JSON, JSONL, EndMark, MetaMark, NextLink, TurnKeys, encode_events
+from ._stores import check_same_bytes
 
 if TYPE_CHECKING:
     from ._stores import ObjectStore
@@ -81,13 +82,19 @@ class LiveTrajectoryChunks:
 
 
 async def put_once(store: ObjectStore, key: str, body: bytes, *, content_type: str) -> None:
-    """A write-once put; finding the object there means an earlier attempt wrote it."""
+    """A write-once put: done when the key holds these bytes, a conflict when it holds others.
+
+    The library's stores compare by themselves; for a store that only says the
+    key exists (:class:`~follower.ObjectExistsError`), the bytes are compared here.
+    """
     try:
         await store.put(key, body, content_type=content_type)
+    except ObjectConflictError:
+        raise
     except ObjectExistsError:
-        logger.debug("%s was already stored", key)
+        check_same_bytes(key, await store.get(key), body)
 
 
 async def write_next_turn(store: ObjectStore, keys: TurnKeys, next_turn_id: str | None) -> None:
     """Write a turn's ``next.json``: the turn after it, or null after the step's last."""
-    await store.put(keys.next, NextLink(next_turn_id).encode(), content_type=JSON)
+    await put_once(store, keys.next, NextLink(next_turn_id).encode(), content_type=JSON)

@@ -20,6 +20,7 @@
     │       └── PageTooLargeError        the body is larger than ``max_page_bytes``
     ├── StoreError                   an object store misbehaved
     │   ├── ObjectExistsError        write-once: the key is already written
+    │   │   └── ObjectConflictError      ... with other bytes than the put's
     │   ├── ObjectNotFoundError      the key is not written
     │   └── CorruptObjectError       a stored object cannot be parsed
     ├── PoolBusyError                our own connection pool had no free connection in time
@@ -126,6 +127,13 @@ class StoreError(FollowerError):
 
 class ObjectExistsError(StoreError):
     """A write-once store already holds the key."""
+
+
+class ObjectConflictError(ObjectExistsError):
+    """A write-once put found other bytes under its key; nothing was overwritten.
+
+    The same bytes count as done (an idempotent retry): only a difference is a conflict.
+    """
 
 
 class ObjectNotFoundError(StoreError):

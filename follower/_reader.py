@@ -94,47 +94,45 @@ class _TurnReader:
         self.cursor = 0
         self.end_next: int | None = None
         self.next_turn: str | None = None
+        self.end: EndMark | None = None
         self.done = False
         self.progressed = False
         self._short_listings = 0
+        self._read: dict[str, tuple[int, int]] = {}  # chunk name -> (after, next), read
 
     async def read_new(self) -> AsyncIterator[StoredEvent]:
         """Yield the events stored since the last call, and note end and link marks."""
         self.progressed = False
         names = [key[len(self.prefix) :] for key in await self.store.list(self.prefix)]
         for after, next_, name in chunk_positions(names):
-            if next_ <= self.cursor:
+            if name in self._read:
                 continue
-            if after != self.cursor:
-                if after < self.cursor:
-                    raise CorruptObjectError(f"chunk {self.prefix + name!r} overlaps another")
+            if after > self.cursor:
                 break  # a gap: the chunk before it is not written yet
-            key = self.prefix + name
-            events = decode_events(await self.store.get(key), key)
-            if len(events) != next_ - after:
-                raise CorruptObjectError(
-                    f"chunk {key!r} holds {len(events)} events, its name says {next_ - after}"
-                )
-            for offset, event in enumerate(events):
-                yield StoredEvent(self.turn_id, after + offset, event)
-            self.cursor = next_
+            events = await self._chunk_events(after, next_, name)
+            if after < self.cursor:
+                # Positions are absolute: a retry may store a chunk over ones already read.
+                await self._check_agrees(after, name, events)
+            self._read[name] = (after, next_)
+            for index in range(self.cursor, next_):
+                yield StoredEvent(self.turn_id, index, events[index - after])
+            self.cursor = max(self.cursor, next_)
             self.progressed = True
         if self.end_next is None and END in names:
-            self.end_next = EndMark.decode(await self._get(END), self.prefix + END).next
+            self.end = EndMark.decode(await self._get(END), self.prefix + END)
+            self.end_next = self.end.next
             self.progressed = True
         if self.end_next is not None:
             self._check_complete()
-        if self.end_next == self.cursor and NEXT in names:
+        if self.end_next is not None and self.cursor >= self.end_next and NEXT in names:
             self.next_turn = NextLink.decode(await self._get(NEXT), self.prefix + NEXT).turn
             self.done = True
             self.progressed = True
 
     def _check_complete(self) -> None:
+        # end.json's next means "at least this many": a put that landed after its
+        # bound may continue the chain past it, and those events are read too.
         assert self.end_next is not None
-        if self.cursor > self.end_next:
-            raise CorruptObjectError(
-                f"{self.prefix + END!r} says {self.end_next} events, but more are stored"
-            )
         if self.cursor < self.end_next:
             # end.json is written after every chunk below it: one listing may
             # predate a chunk, two in a row may not.
@@ -147,3 +145,25 @@ class _TurnReader:
 
     async def _get(self, name: str) -> bytes:
         return await self.store.get(self.prefix + name)
+
+    async def _chunk_events(self, after: int, next_: int, name: str) -> list[Any]:
+        key = self.prefix + name
+        events = decode_events(await self.store.get(key), key)
+        if len(events) != next_ - after:
+            raise CorruptObjectError(
+                f"chunk {key!r} holds {len(events)} events, its name says {next_ - after}"
+            )
+        return events
+
+    async def _check_agrees(self, after: int, name: str, events: list[Any]) -> None:
+        """Two chunks that overlap must agree on every shared position, else both are suspect."""
+        for other, (o_after, o_next) in self._read.items():
+            start, stop = max(after, o_after), min(after + len(events), o_next)
+            if start >= stop:
+                continue
+            theirs = await self._chunk_events(o_after, o_next, other)
+            if events[start - after : stop - after] != theirs[start - o_after : stop - o_after]:
+                raise CorruptObjectError(
+                    f"chunks {self.prefix + other!r} and {self.prefix + name!r} overlap "
+                    f"and disagree on events {start}..{stop - 1}"
+                )

@@ -1,7 +1,12 @@
 """Write-once object stores behind one async protocol.
 
+Write-once means the same bytes: a put that finds its key holding the same
+bytes is done (an idempotent retry), one that finds other bytes raises
+:class:`~follower.ObjectConflictError` and overwrites nothing.
+
 Stores never spawn tasks: they are awaited by the follower that owns the write,
-so a cancelled step cancels its writes with it.
+so a cancelled step cancels its writes with it. A filesystem write cancelled in
+its worker thread is abandoned there: it may still land, later, on its own.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from ._errors import InvalidKeyError, ObjectExistsError, ObjectNotFoundError, StoreError
+from ._errors import InvalidKeyError, ObjectConflictError, ObjectNotFoundError, StoreError
 from ._keys import check_key, check_list_prefix
 
 if TYPE_CHECKING:
@@ -28,7 +33,12 @@ class ObjectStore(Protocol):
     """An async, write-once object store."""
 
     async def put(self, key: str, body: bytes, *, content_type: str) -> None:
-        """Write ``body`` under ``key``; raise :class:`ObjectExistsError` if it is written."""
+        """Write ``body`` under ``key``, once.
+
+        If the key holds the same bytes already, return; if it holds other bytes,
+        raise :class:`ObjectConflictError` (a store that cannot compare raises
+        :class:`ObjectExistsError`).
+        """
 
     async def get(self, key: str) -> bytes:
         """Read ``key``; raise :class:`ObjectNotFoundError` if it is not written."""
@@ -46,9 +56,11 @@ class MemoryStore:
     async def put(self, key: str, body: bytes, *, content_type: str) -> None:
         check_key(key)
         await anyio.lowlevel.checkpoint()
+        body = bytes(body)
         if key in self._objects:
-            raise ObjectExistsError(f"object {key!r} already exists")
-        self._objects[key] = (bytes(body), content_type)
+            check_same_bytes(key, self._objects[key][0], body)
+            return
+        self._objects[key] = (body, content_type)
 
     async def get(self, key: str) -> bytes:
         check_key(key)
@@ -96,10 +108,12 @@ class FilesystemStore:
 
     async def put(self, key: str, body: bytes, *, content_type: str) -> None:
         path = self._path(key)
-        # Not abandoned on cancel: a write either lands or fails before we go on,
-        # so the caller always knows what is stored.
+        # Abandoned on cancel, so a stalled disk cannot hold the step past its bounds;
+        # the write may still land later, and the turn's records only count what returned.
         try:
-            await anyio.to_thread.run_sync(self._put_sync, path, key, bytes(body))
+            await anyio.to_thread.run_sync(
+                self._put_sync, path, key, bytes(body), abandon_on_cancel=True
+            )
         except OSError as exc:
             raise StoreError(f"cannot write {key!r} under {self._root}: {exc}") from exc
 
@@ -143,12 +157,14 @@ class FilesystemStore:
             try:
                 os.link(temp, path)
             except FileExistsError:
-                raise ObjectExistsError(f"object {key!r} already exists") from None
+                check_same_bytes(key, self._get_sync(path, key), body)
+                return
         finally:
             temp.unlink(missing_ok=True)
         _fsync_dir(path.parent)
 
     def _get_sync(self, path: Path, key: str) -> bytes:
+        # Also the bytes a put compares with; a folder or a dangling name is no object.
         try:
             self._inside_root(path, key)
             return path.read_bytes()
@@ -169,6 +185,15 @@ class FilesystemStore:
                 if key.startswith(prefix) and not _TEMP_NAME.fullmatch(name):
                     keys.append(key)
         return sorted(keys)
+
+
+def check_same_bytes(key: str, stored: bytes, body: bytes) -> None:
+    """A put that found ``stored`` under ``key``: done if the same, else a conflict."""
+    if stored != body:
+        raise ObjectConflictError(
+            f"object {key!r} already holds other bytes ({len(stored)} stored, {len(body)} "
+            "offered); write-once stores never overwrite"
+        )
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -16,7 +16,7 @@ import anyio
 import anyio.abc
 
 from ._chunks import LiveTrajectoryChunks, write_next_turn
-from ._errors import InvalidArgumentError, ObjectExistsError, TurnStateError
+from ._errors import InvalidArgumentError, TurnStateError
 from ._follow import FollowProgress, follow_task
 from ._layout import TurnKeys
 from ._options import (
@@ -55,8 +55,6 @@ async def bounded_cleanup(what: str, write: Callable[[], Awaitable[None]]) -> bo
     with anyio.move_on_after(CLEANUP_WRITE_SECONDS) as scope:
         try:
             await write()
-        except ObjectExistsError:
-            return True
         except Exception:
             logger.exception("%s failed", what)
             return False

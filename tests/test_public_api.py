@@ -29,6 +29,7 @@ DESIGN_NAMES = {
     "MemoryStore",
     "FollowerError",
     "ObjectExistsError",
+    "ObjectConflictError",
     "ObjectNotFoundError",
     "InvalidKeyError",
     "MalformedPageError",
