@@ -35,11 +35,12 @@ from ._errors import (
 )
 from ._exchange import exchange
 from ._options import DEFAULT_READ_TIMEOUT_SECONDS
-from ._step import LiveTurns
-from ._turns import LiveTurn
 
 if TYPE_CHECKING:
     import httpx
+
+    from ._step import LiveTurns
+    from ._turns import LiveTurn
 
 logger = logging.getLogger("follower")
 

@@ -10,9 +10,8 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -25,8 +24,13 @@ from ._errors import (
     UsageError,
 )
 from ._reader import read_live_trajectory
-from ._stores import FilesystemStore, MemoryStore, ObjectStore
 from ._step import LiveTurns
+from ._stores import FilesystemStore, MemoryStore
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Sequence
+
+    from ._stores import ObjectStore
 
 # Exit codes: one per failure a user can act on.
 EXIT_OK = 0

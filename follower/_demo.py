@@ -8,13 +8,12 @@ the store, and checks at the end that every turn is stored, linked and ended.
 
 from __future__ import annotations
 
-import argparse
 import json
 import secrets
 import sys
 import time
 from functools import partial
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
 
@@ -23,8 +22,12 @@ from ._errors import FollowerError
 from ._keys import check_prefix
 from ._layout import END, NEXT, parse_chunk_name, turn_prefix
 from ._reader import read_live_trajectory
-from ._stores import ObjectStore
 from ._step import LiveTurns
+
+if TYPE_CHECKING:
+    import argparse
+
+    from ._stores import ObjectStore
 
 DEMO_TASK_DEADLINE_SECONDS = 15.0
 DEMO_A2A_TIMEOUT_SECONDS = 2.0
