@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -37,6 +37,8 @@ from ._exchange import exchange
 from ._options import DEFAULT_READ_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
     import httpx
 
     from ._step import LiveTurns
@@ -257,32 +259,69 @@ async def run_a2a_turn(
     after the task started, the agent is asked to cancel it, shielded and bounded;
     the step's own exception or cancel then goes on unchanged.
     """
-    wait = partial(
+    wait = _waiter(agent, task_deadline_seconds, task_poll_seconds, task_max_failures)
+    async with _following(agent, turns, turn_id) as turn:
+        task = await agent.send_message(text, context_id=context_id)
+        return await _follow_task(agent, turn, task.id, wait)
+
+
+async def follow_a2a_task(
+    agent: A2AAgent,
+    turns: LiveTurns | None,
+    turn_id: str,
+    task_id: str,
+    *,
+    task_deadline_seconds: float = DEFAULT_TASK_DEADLINE_SECONDS,
+    task_poll_seconds: float = 1.0,
+    task_max_failures: int | None = None,
+) -> A2ATask:
+    """Run one turn on a task the agent already runs: follow it, wait for it to end.
+
+    The same turn as :func:`run_a2a_turn` without the message, down to the
+    cancel: if the step is cancelled or anything fails, the agent is asked to
+    cancel the task, though someone else started it.
+    """
+    wait = _waiter(agent, task_deadline_seconds, task_poll_seconds, task_max_failures)
+    async with _following(agent, turns, turn_id) as turn:
+        return await _follow_task(agent, turn, task_id, wait)
+
+
+def _waiter(
+    agent: A2AAgent, deadline_seconds: float, poll_seconds: float, max_failures: int | None
+) -> Callable[[str], Awaitable[A2ATask]]:
+    return partial(
         agent.wait_for_task,
-        deadline_seconds=task_deadline_seconds,
-        poll_interval_seconds=task_poll_seconds,
-        max_failures=task_max_failures,
+        deadline_seconds=deadline_seconds,
+        poll_interval_seconds=poll_seconds,
+        max_failures=max_failures,
     )
+
+
+@asynccontextmanager
+async def _following(
+    agent: A2AAgent, turns: LiveTurns | None, turn_id: str
+) -> AsyncIterator[LiveTurn | None]:
+    """The turn's block, or None when nothing is followed."""
     if turns is None or agent.trajectory_endpoint is None:
-        return await _run_task(agent, None, text, context_id, wait)
+        yield None
+        return
     async with turns.following(turn_id) as turn:
-        return await _run_task(agent, turn, text, context_id, wait)
+        yield turn
 
 
-async def _run_task(
+async def _follow_task(
     agent: A2AAgent,
     turn: LiveTurn | None,
-    text: str,
-    context_id: str | None,
+    task_id: str,
     wait: Callable[[str], Awaitable[A2ATask]],
 ) -> A2ATask:
-    task = await agent.send_message(text, context_id=context_id)
+    """Follow and wait for a started task; on any failure or cancel, cancel it too."""
     try:
         if turn is not None:
-            turn.follow(task.id)
-        final = await wait(task.id)
+            turn.follow(task_id)
+        final = await wait(task_id)
     except BaseException:
-        await _cancel_quietly(agent, task.id)
+        await _cancel_quietly(agent, task_id)
         raise
     if turn is not None:
         turn.ended(final.state)
