@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._a2a import connect_agent, run_a2a_turn
+from ._a2a import connect_agent, follow_a2a_task, run_a2a_turn
 from ._errors import (
     AgentUnavailableError,
     FollowerError,
@@ -194,7 +194,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     follow.add_argument("url", help="the agent's A2A URL (its card is under it)")
     which = follow.add_mutually_exclusive_group(required=True)
-    which.add_argument("--task", help="the id of a task the agent is running")
+    which.add_argument(
+        "--task",
+        help="the id of a task the agent is running; if following it fails or is "
+        "interrupted, the agent is asked to cancel it, as with --message",
+    )
     which.add_argument("--message", help="send this message and follow the new task")
     follow.add_argument("--store", type=Path, default=None, help="also store it under this folder")
     follow.add_argument("--prefix", default="follow/", help="the key prefix (default: follow/)")
@@ -206,7 +210,7 @@ def _parser() -> argparse.ArgumentParser:
         "--deadline",
         type=_positive,
         default=600.0,
-        help="seconds to wait for the task to end (default: 600)",
+        help="seconds to wait for the task to end, then cancel it (default: 600)",
     )
     follow.set_defaults(run=_follow)
 
@@ -298,14 +302,14 @@ async def _follow(args: argparse.Namespace) -> int:
                             task_poll_seconds=args.poll,
                         )
                     else:
-                        async with turns.following(args.turn) as turn:
-                            turn.follow(args.task)
-                            task = await agent.wait_for_task(
-                                args.task,
-                                deadline_seconds=args.deadline,
-                                poll_interval_seconds=args.poll,
-                            )
-                            turn.ended(task.state)
+                        task = await follow_a2a_task(
+                            agent,
+                            turns,
+                            args.turn,
+                            args.task,
+                            task_deadline_seconds=args.deadline,
+                            task_poll_seconds=args.poll,
+                        )
             except BaseException:
                 tg.cancel_scope.cancel()
                 raise
