@@ -34,36 +34,6 @@ DEMO_A2A_TIMEOUT_SECONDS = 2.0
 DEMO_DRAIN_SECONDS = 5.0
 # A gone agent ends the demo's turn after this many failed tasks/get in a row.
 DEMO_TASK_MAX_FAILURES = 5
-FAULT_NAMES = (
-    "close, silent, unavailable[:READS], not-json, not-an-object, missing-field, "
-    "unknown-state, cursor-mismatch, other-task, no-progress, oversized, gone[:EVENTS], "
-    "restart, slow[:SECONDS]"
-)
-
-
-def parse_fault(text: str | None, events_per_task: int) -> Any:
-    """A :class:`~follower.testing.Fault` from ``kind[:parameter]``, or None."""
-    from .testing import Fault, FaultKind
-
-    if text is None:
-        return None
-    kind_text, _, parameter = text.partition(":")
-    try:
-        kind = FaultKind(kind_text)
-    except ValueError:
-        raise ValueError(f"unknown fault {text!r}; one of: {FAULT_NAMES}") from None
-    try:
-        if kind is FaultKind.UNAVAILABLE:
-            return Fault.unavailable(reads=int(parameter)) if parameter else Fault.unavailable()
-        if kind is FaultKind.GONE:
-            return Fault.gone(int(parameter) if parameter else max(1, events_per_task // 2))
-        if kind is FaultKind.SLOW:
-            return Fault.slow(float(parameter) if parameter else 1.0)
-    except ValueError as exc:
-        raise ValueError(f"bad fault {text!r}: {exc}") from None
-    if parameter:
-        raise ValueError(f"fault {kind.value!r} takes no parameter")
-    return getattr(Fault, kind.name.lower())()
 
 
 def _reference_agent(args: argparse.Namespace, *, outcome: str = "completed") -> Any:
@@ -81,7 +51,7 @@ def _reference_agent(args: argparse.Namespace, *, outcome: str = "completed") ->
 async def serve_reference_agent(args: argparse.Namespace) -> None:
     """``follower agent``: serve until interrupted."""
     from ._cli import EXIT_ERROR, EXIT_USAGE, CommandError
-    from .testing import serve_agent
+    from .testing import parse_fault, serve_agent
 
     agent = _reference_agent(args, outcome=args.final_state)
     try:
@@ -134,7 +104,7 @@ class TurnDisplay:
 async def run_demo(args: argparse.Namespace) -> int:
     """``follower demo``: a step of ``args.turns`` turns against the reference agent."""
     from ._cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CommandError, store_at
-    from .testing import serve_agent
+    from .testing import parse_fault, serve_agent
 
     if args.turns < 1 or args.events < 0 or args.interval < 0:
         raise CommandError("--turns must be >= 1, --events and --interval >= 0", EXIT_USAGE)
