@@ -8,7 +8,6 @@ the store, and checks at the end that every turn is stored, linked and ended.
 
 from __future__ import annotations
 
-import json
 import secrets
 import sys
 import time
@@ -19,8 +18,7 @@ import anyio
 
 from ._a2a import connect_agent, run_a2a_turn
 from ._errors import FollowerError
-from ._keys import check_prefix
-from ._layout import END, NEXT, parse_chunk_name, turn_prefix
+from ._layout import EndMark, NextLink, TurnKeys, chunk_positions
 from ._reader import read_live_trajectory
 from ._step import LiveTurns
 
@@ -115,7 +113,7 @@ async def run_demo(args: argparse.Namespace) -> int:
         raise CommandError(str(exc), EXIT_USAGE) from None
     store = store_at(args.store, must_exist=False)
     step = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-    prefix = check_prefix(f"steps/{step}/")
+    prefix = f"steps/{step}/"
     turn_ids = [f"turn-{n}" for n in range(1, args.turns + 1)]
     out = sys.stdout
     display = TurnDisplay(args.events, out)
@@ -198,9 +196,9 @@ async def _turn(
         )
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-            mark = await _end_mark(store, prefix, turn_id)
+            mark = await _end_mark(store, TurnKeys(prefix, turn_id))
             if mark is not None:
-                display.finish(turn_id, mark.get("next", 0), str(mark.get("state")))
+                display.finish(turn_id, mark.next, mark.state.value)
 
 
 async def _inject_fault(agent: Any, fault: Any) -> None:
@@ -224,12 +222,12 @@ async def _watch(
         done.set()
 
 
-async def _end_mark(store: ObjectStore, prefix: str, turn_id: str) -> dict[str, Any] | None:
+async def _end_mark(store: ObjectStore, keys: TurnKeys) -> EndMark | None:
+    """The turn's end mark; None when it is missing or unreadable."""
     try:
-        mark = json.loads(await store.get(turn_prefix(prefix, turn_id) + END))
-    except (FollowerError, ValueError):
+        return EndMark.decode(await store.get(keys.end), keys.end)
+    except FollowerError:
         return None
-    return mark if isinstance(mark, dict) else None
 
 
 class _Report:
@@ -253,32 +251,37 @@ async def _summarise(store: ObjectStore, prefix: str, turn_ids: list[str]) -> _R
     report = _Report()
     followed = []
     for turn_id in turn_ids:
-        live = turn_prefix(prefix, turn_id)
-        names = [key[len(live) :] for key in await store.list(live)]
-        chunks = sorted(c for c in map(parse_chunk_name, names) if c is not None)
+        keys = TurnKeys(prefix, turn_id)
+        listed = await store.list(keys.live)
+        names = keys.names(listed)
+        linked = keys.next in listed
         if not names:
             report.lines.append(f"{turn_id}: not run")
             continue
         followed.append(turn_id)
+        chunks = chunk_positions(names)
         stored = 0
-        for after, next_ in chunks:
+        for after, next_, _ in chunks:
             if after != stored:
                 report.problems.append(f"{turn_id}: chunks not contiguous at {after}")
             stored = next_
-        mark = await _end_mark(store, prefix, turn_id)
+        mark = await _end_mark(store, keys)
         link = None
-        if NEXT in names:
-            link = json.loads(await store.get(live + NEXT)).get("turn")
+        if linked:
+            try:
+                link = NextLink.decode(await store.get(keys.next), keys.next).turn
+            except FollowerError as exc:
+                report.problems.append(f"{turn_id}: {exc}")
         if mark is None:
             report.problems.append(f"{turn_id}: no end mark")
-            mark = {}
-        elif mark.get("next") != stored:
-            report.problems.append(f"{turn_id}: end mark says {mark.get('next')}, {stored} stored")
+        elif mark.next != stored:
+            report.problems.append(f"{turn_id}: end mark says {mark.next}, {stored} stored")
         report.lines.append(
-            f"{turn_id}: {stored} events in {len(chunks)} chunks, ended {mark.get('state')}, "
+            f"{turn_id}: {stored} events in {len(chunks)} chunks, "
+            f"ended {mark.state.value if mark else None}, "
             f"next turn: {link if link is not None else '(last)'}"
         )
-        if NEXT not in names:
+        if not linked:
             report.problems.append(f"{turn_id}: not linked")
     if followed:
         total = 0
