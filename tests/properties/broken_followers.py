@@ -23,7 +23,7 @@ from follower._layout import JSON, EndMark
 from follower._turns import _TurnBlock
 from follower._wire import Page, TrajectoryBatch
 
-from .harness import Variant
+from .run import Variant
 
 # --- the 3.11 wait_for race, with the old follower's free task -------------------------
 

@@ -1,6 +1,6 @@
 """Hypothesis strategies for step scripts: the agent, the store, and the step's body.
 
-Every strategy draws plain values (:mod:`tests.properties.harness` scripts), so a
+Every strategy draws plain values (:mod:`tests.properties.scripts`), so a
 falsifying example prints as a readable script. Times are drawn partly from
 the instants where races live (the poll interval, a backoff's end, the pause
 after stop, the drain deadline) and partly at random.
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from follower._follow import AFTER_STOP_PAUSE_SECONDS, BACKOFF_STEP_SECONDS
 
 from ..support import hypothesis_profiles as hypothesis_profiles  # registers the profiles
-from .harness import (
+from .scripts import (
     FORMAT,
     TERMINAL_STATES,
     Action,

@@ -1,9 +1,9 @@
 """The cancellation properties of a step's turns, on random scripts, both backends.
 
-Each example runs one :class:`~tests.properties.harness.StepScript` (agent,
+Each example runs one :class:`~tests.properties.scripts.StepScript` (agent,
 store and body drawn by :mod:`tests.properties.strategies`) in a fresh event loop on a
 fresh virtual clock, then checks the six properties of
-:func:`~tests.properties.harness.check_properties`. The examples run with
+:func:`~tests.properties.properties.check_properties`. The examples run with
 ``anyio.run`` inside a plain ``@given`` test rather than under anyio's pytest
 plugin: a fresh loop and clock per example keeps examples independent, which
 shrinking and replaying need.
@@ -15,7 +15,9 @@ import pytest
 from hypothesis import event, given, note
 
 from ..support.hypothesis_profiles import property_settings
-from .harness import (
+from .properties import check_properties, describe
+from .run import run_step
+from .scripts import (
     Answer,
     Ending,
     Follow,
@@ -27,9 +29,6 @@ from .harness import (
     TaskScript,
     TurnScript,
     Until,
-    check_properties,
-    describe,
-    run_step,
 )
 from .strategies import step_scripts
 

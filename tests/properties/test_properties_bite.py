@@ -23,8 +23,11 @@ from .broken_followers import (
     WAIT_FOR,
     WRAPS_EXCEPTION,
 )
-from .harness import (
-    LIBRARY,
+from .properties import find_violations
+from .run import LIBRARY, Variant, run_step
+from .scripts import StepScript
+from .strategies import step_scripts
+from .violations import (
     ChunksWrong,
     EndMarkCount,
     EndMarkOrder,
@@ -33,12 +36,7 @@ from .harness import (
     OutcomeChanged,
     PropertyViolation,
     RetriedAfterStop,
-    StepScript,
-    Variant,
-    find_violations,
-    run_step,
 )
-from .strategies import step_scripts
 
 Bites = tuple[type[PropertyViolation], ...]
 # Examples a search may take. A search stops at its first counterexample (most

@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from ..support.hypothesis_profiles import property_settings
-from .harness import (
+from .properties import check_properties, describe
+from .run import run_step
+from .scripts import (
     Action,
     AgentAnswers,
     Ending,
@@ -31,9 +33,6 @@ from .harness import (
     TaskScript,
     Ticks,
     TurnScript,
-    check_properties,
-    describe,
-    run_step,
 )
 from .strategies import (
     DRAIN_SECONDS,

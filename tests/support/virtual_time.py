@@ -14,11 +14,16 @@ import pytest
 import trio.testing
 
 
+def virtual_clock(backend: str) -> dict[str, Any]:
+    """``backend_options`` for ``anyio.run`` on ``backend`` with a fresh virtual clock."""
+    if backend == "trio":
+        return {"clock": trio.testing.MockClock(autojump_threshold=0)}
+    return {"loop_factory": looptime.new_event_loop}
+
+
 def virtual_time_backends() -> list[Any]:
     """Params for an ``anyio_backend`` fixture: asyncio (looptime) and trio (MockClock)."""
     return [
-        pytest.param(("asyncio", {"loop_factory": looptime.new_event_loop}), id="asyncio-virtual"),
-        pytest.param(
-            ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)}), id="trio-virtual"
-        ),
+        pytest.param(("asyncio", virtual_clock("asyncio")), id="asyncio-virtual"),
+        pytest.param(("trio", virtual_clock("trio")), id="trio-virtual"),
     ]
