@@ -1,7 +1,9 @@
 """The ``follower`` command line: demo, agent, follow, tail.
 
 Every command runs on the backend chosen with ``--backend``; errors a user can
-act on end with one line on stderr and an exit code of their own.
+act on end with one line on stderr and an exit code of their own. This module
+alone parses and checks arguments and maps errors to exit codes: the demo and
+the agent (``_demo``) take plain arguments, and are imported only to run.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
     from ._stores import ObjectStore
+    from .testing import Fault
 
 # Exit codes: one per failure a user can act on.
 EXIT_OK = 0
@@ -343,14 +346,53 @@ async def _tail(args: argparse.Namespace) -> int:
 # --- agent and demo ----------------------------------------------------------------
 
 
+def _fault(text: str | None, events: int) -> Fault | None:
+    from .testing import parse_fault
+
+    try:
+        return parse_fault(text, events)
+    except ValueError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from None
+
+
 async def _agent(args: argparse.Namespace) -> int:
+    fault = _fault(args.fault, args.events)
     from ._demo import serve_reference_agent
 
-    await serve_reference_agent(args)
+    try:
+        await serve_reference_agent(
+            host=args.host,
+            port=args.port,
+            events=args.events,
+            interval_seconds=args.interval,
+            event_bytes=args.event_bytes,
+            final_state=args.final_state,
+            fault=fault,
+        )
+    except* OSError as refused:
+        reason: BaseException = refused
+        while isinstance(reason, BaseExceptionGroup):
+            reason = reason.exceptions[0]
+        raise CommandError(
+            f"cannot listen on {args.host}:{args.port}: {reason}", EXIT_ERROR
+        ) from None
     return EXIT_OK
 
 
 async def _demo(args: argparse.Namespace) -> int:
+    # Every check comes before the store is made, so a refused demo leaves nothing.
+    if args.turns < 1 or args.events < 0 or args.interval < 0:
+        raise CommandError("--turns must be >= 1, --events and --interval >= 0", EXIT_USAGE)
+    fault = _fault(args.fault, args.events)
+    store = store_at(args.store, must_exist=False)
     from ._demo import run_demo
 
-    return await run_demo(args)
+    ok = await run_demo(
+        store,
+        turns=args.turns,
+        events=args.events,
+        interval_seconds=args.interval,
+        fault=fault,
+        fault_label=args.fault,
+    )
+    return EXIT_OK if ok else EXIT_ERROR

@@ -4,6 +4,9 @@ The demo is the main job end to end: it serves the reference agent on loopback,
 runs a step of several A2A turns against it (message, live trajectory, wait),
 stores the trajectory under a folder, shows each turn as it is read back from
 the store, and checks at the end that every turn is stored, linked and ended.
+
+Plain arguments in, plain results out: the command line parses and checks its
+arguments and turns errors into exit codes; nothing here knows of it.
 """
 
 from __future__ import annotations
@@ -12,20 +15,24 @@ import secrets
 import sys
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING
 
 import anyio
+import anyio.abc
 
 from ._a2a import connect_agent, run_a2a_turn
-from ._errors import FollowerError
+from ._errors import FollowerError, InvalidArgumentError
 from ._layout import EndMark, NextLink, TurnKeys, chunk_positions
 from ._reader import read_live_trajectory
 from ._step import LiveTurns
+from .testing import ReferenceAgent, TaskScript, serve_agent
 
 if TYPE_CHECKING:
-    import argparse
+    from typing import TextIO
 
-    from ._stores import ObjectStore
+    from ._a2a import A2AAgent, A2ATask
+    from ._stores import FilesystemStore, ObjectStore
+    from .testing import Fault
 
 DEMO_TASK_DEADLINE_SECONDS = 15.0
 DEMO_A2A_TIMEOUT_SECONDS = 2.0
@@ -34,37 +41,41 @@ DEMO_DRAIN_SECONDS = 5.0
 DEMO_TASK_MAX_FAILURES = 5
 
 
-def _reference_agent(args: argparse.Namespace, *, outcome: str = "completed") -> Any:
-    from .testing import ReferenceAgent, TaskScript
-
+def _reference_agent(
+    events: int, interval_seconds: float, event_bytes: int = 64, outcome: str = "completed"
+) -> ReferenceAgent:
     script = TaskScript(
-        events=args.events,
-        interval_seconds=args.interval,
-        event_bytes=getattr(args, "event_bytes", 64),
-        outcome=outcome,
+        events=events, interval_seconds=interval_seconds, event_bytes=event_bytes, outcome=outcome
     )
     return ReferenceAgent(script=script)
 
 
-async def serve_reference_agent(args: argparse.Namespace) -> None:
-    """``follower agent``: serve until interrupted."""
-    from ._cli import EXIT_ERROR, EXIT_USAGE, CommandError
-    from .testing import parse_fault, serve_agent
+async def serve_reference_agent(
+    *,
+    host: str,
+    port: int,
+    events: int,
+    interval_seconds: float,
+    event_bytes: int,
+    final_state: str,
+    fault: Fault | None = None,
+    out: TextIO | None = None,
+    task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """``follower agent``: serve the reference agent on ``host:port`` until cancelled.
 
-    agent = _reference_agent(args, outcome=args.final_state)
-    try:
-        agent.fault = parse_fault(args.fault, args.events)
-    except ValueError as exc:
-        raise CommandError(str(exc), EXIT_USAGE) from None
+    Says where on ``out`` (stdout by default) and hands the base URL to
+    ``task_status``. When it cannot listen there, the :class:`OSError` comes out
+    of its task group's exception group.
+    """
+    out = sys.stdout if out is None else out
+    agent = _reference_agent(events, interval_seconds, event_bytes, outcome=final_state)
+    agent.fault = fault
     async with anyio.create_task_group() as tg:
-        try:
-            url = await tg.start(partial(serve_agent, agent, host=args.host, port=args.port))
-        except OSError as exc:
-            raise CommandError(
-                f"cannot listen on {args.host}:{args.port}: {exc}", EXIT_ERROR
-            ) from None
-        print(f"reference agent serving on {url}", flush=True)
-        print(f"  card: {url}.well-known/agent-card.json", flush=True)
+        url = await tg.start(partial(serve_agent, agent, host=host, port=port))
+        print(f"reference agent serving on {url}", file=out, flush=True)
+        print(f"  card: {url}.well-known/agent-card.json", file=out, flush=True)
+        task_status.started(url)
 
 
 class TurnDisplay:
@@ -99,32 +110,43 @@ class TurnDisplay:
         self._out.flush()
 
 
-async def run_demo(args: argparse.Namespace) -> int:
-    """``follower demo``: a step of ``args.turns`` turns against the reference agent."""
-    from ._cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CommandError, store_at
-    from .testing import parse_fault, serve_agent
+async def run_demo(
+    store: FilesystemStore,
+    *,
+    turns: int,
+    events: int,
+    interval_seconds: float,
+    fault: Fault | None = None,
+    fault_label: str | None = None,
+    out: TextIO | None = None,
+) -> bool:
+    """``follower demo``: a step of ``turns`` turns against the reference agent, in ``store``.
 
-    if args.turns < 1 or args.events < 0 or args.interval < 0:
-        raise CommandError("--turns must be >= 1, --events and --interval >= 0", EXIT_USAGE)
-    agent = _reference_agent(args)
-    try:
-        fault = parse_fault(args.fault, args.events)
-    except ValueError as exc:
-        raise CommandError(str(exc), EXIT_USAGE) from None
-    store = store_at(args.store, must_exist=False)
+    ``fault`` makes the agent misbehave once the step is under way; the header
+    names it ``fault_label`` (by default its kind). Shows the step on ``out``
+    (stdout by default) and returns whether the summary found no problem.
+    """
+    if turns < 1 or events < 0 or interval_seconds < 0:
+        raise InvalidArgumentError(
+            "a demo needs turns >= 1 and events, interval_seconds >= 0, "
+            f"not {turns}, {events}, {interval_seconds}"
+        )
+    if fault_label is None:
+        fault_label = "none" if fault is None else fault.kind.value
+    out = sys.stdout if out is None else out
+    agent = _reference_agent(events, interval_seconds)
     step = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
     prefix = f"steps/{step}/"
-    turn_ids = [f"turn-{n}" for n in range(1, args.turns + 1)]
-    out = sys.stdout
-    display = TurnDisplay(args.events, out)
+    turn_ids = [f"turn-{n}" for n in range(1, turns + 1)]
+    display = TurnDisplay(events, out)
     started = anyio.current_time()
     outcome = "completed"
 
     async with anyio.create_task_group() as tg:
         url = await tg.start(serve_agent, agent)
-        out.write(f"reference agent on {url} (fault: {args.fault or 'none'})\n")
+        out.write(f"reference agent on {url} (fault: {fault_label})\n")
         out.write(f"storing the step under {store.root / prefix}\n")
-        out.write(f"{len(turn_ids)} turns of {args.events} events, one every {args.interval} s\n")
+        out.write(f"{len(turn_ids)} turns of {events} events, one every {interval_seconds} s\n")
         out.flush()
         watched = anyio.Event()
         tg.start_soon(_watch, store, prefix, turn_ids[0], display, watched)
@@ -147,7 +169,7 @@ async def run_demo(args: argparse.Namespace) -> int:
     out.write(f"{report.verdict}\n")
     out.write(f"stored under {store.root / prefix}\n")
     out.flush()
-    return EXIT_OK if report.ok else EXIT_ERROR
+    return report.ok
 
 
 async def _run_step(
@@ -167,14 +189,14 @@ async def _run_step(
             poll_interval_seconds=0.1,
             drain_seconds=DEMO_DRAIN_SECONDS,
         ) as turns:
-            context_id = None
+            context_id: str | None = None
             for number, turn_id in enumerate(turn_ids, 1):
                 task = await _turn(a2a, turns, turn_id, number, context_id, store, prefix, display)
                 context_id = task.context_id
 
 
 async def _turn(
-    a2a: Any,
+    a2a: A2AAgent,
     turns: LiveTurns,
     turn_id: str,
     number: int,
@@ -182,7 +204,7 @@ async def _turn(
     store: ObjectStore,
     prefix: str,
     display: TurnDisplay,
-) -> Any:
+) -> A2ATask:
     try:
         return await run_a2a_turn(
             a2a,
@@ -201,7 +223,7 @@ async def _turn(
                 display.finish(turn_id, mark.next, mark.state.value)
 
 
-async def _inject_fault(agent: Any, fault: Any) -> None:
+async def _inject_fault(agent: ReferenceAgent, fault: Fault) -> None:
     """Misbehave once the step is under way: its first turn has read once."""
     await agent.wait_reads(1)
     agent.fault = fault
