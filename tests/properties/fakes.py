@@ -19,7 +19,7 @@ import httpx
 from follower import MemoryStore, ObjectExistsError, StoreError, TrajectoryState
 
 from .records import PutRecord, ReadRecord
-from .scripts import EPS, Answer, PutOp, StoreScript, TaskScript
+from .scripts import EPS, Answer, PutOp, ReadScript, StoreScript
 
 if TYPE_CHECKING:
     from .world import World
@@ -30,7 +30,7 @@ READ_CAP = 4000
 
 @attrs.define
 class _Task:
-    script: TaskScript
+    script: ReadScript
     events: list[str] = attrs.field(factory=list)
     state: TrajectoryState = TrajectoryState.PENDING
     answered: int = 0
@@ -70,7 +70,7 @@ class FakeAgent:
     Records every read with its start and end stamps and its outcome.
     """
 
-    def __init__(self, world: World, tasks: dict[str, TaskScript]) -> None:
+    def __init__(self, world: World, tasks: dict[str, ReadScript]) -> None:
         self.world = world
         self.tasks = {tid: _Task(script) for tid, script in tasks.items()}
         self.reads: list[ReadRecord] = []

@@ -1,7 +1,7 @@
 """A step's script: the agent's answers, the store's answers, and what the body does.
 
 A :class:`StepScript` says, turn by turn, how the agent answers each read of
-the turn's task (:class:`TaskScript`), how the store answers each write
+the turn's task (:class:`ReadScript`), how the store answers each write
 (:class:`StoreScript`), and what the step's body does: when it calls
 ``follow``, what it waits for (:class:`Until`), and how it ends
 (:class:`Ending`). Scripts are plain frozen values, so a falsifying example
@@ -38,8 +38,11 @@ class Answer:
 
 
 @attrs.frozen
-class TaskScript:
-    """The agent's behaviour for one task: an answer per read, then ``tail`` forever.
+class ReadScript:
+    """How the agent answers the reads of one task: an answer per read, then ``tail`` forever.
+
+    (Not :class:`follower.testing.TaskScript`, the reference agent's task over
+    time: this one scripts each answer, failures included.)
 
     ``tail``: ``running`` (pages, nothing new), ``terminal`` (the task ends in
     ``tail_state``, then pages), ``failing`` (transport errors), ``hanging``
@@ -171,7 +174,7 @@ class Ending:
 class TurnScript:
     actions: tuple[Action, ...]
     ending: Ending = Ending()
-    task: TaskScript = TaskScript()
+    task: ReadScript = ReadScript()
 
 
 @attrs.frozen

@@ -24,12 +24,12 @@ from .scripts import (
     Ending,
     Follow,
     PutOp,
+    ReadScript,
     Report,
     SecondCancel,
     Sleep,
     StepScript,
     StoreScript,
-    TaskScript,
     Ticks,
     TurnScript,
     Until,
@@ -60,10 +60,10 @@ def answers() -> st.SearchStrategy[Answer]:
 
 
 @functools.cache
-def task_scripts() -> st.SearchStrategy[TaskScript]:
+def read_scripts() -> st.SearchStrategy[ReadScript]:
     """An agent's behaviour over time for one task: answers, then a tail forever."""
     return st.builds(
-        TaskScript,
+        ReadScript,
         answers=st.lists(answers(), max_size=6).map(tuple),
         # An agent that fails for good is the case the post-stop rules are about.
         tail=st.sampled_from(
@@ -182,7 +182,7 @@ def turn_scripts(draw: Any, poll: float) -> TurnScript:
     report = draw(_REPORTS)
     if report is not None:
         actions.append(Report(report))
-    return TurnScript(tuple(actions), draw(endings()), draw(task_scripts()))
+    return TurnScript(tuple(actions), draw(endings()), draw(read_scripts()))
 
 
 @functools.cache

@@ -22,11 +22,11 @@ from .scripts import (
     Ending,
     Follow,
     PutOp,
+    ReadScript,
     SecondCancel,
     Sleep,
     StepScript,
     StoreScript,
-    TaskScript,
     TurnScript,
     Until,
 )
@@ -57,26 +57,26 @@ KNOWN = {
             TurnScript(
                 (Follow(), Until("reads", 3)),
                 Ending("returns"),
-                TaskScript(
+                ReadScript(
                     (Answer(grow=2), Answer(grow=1), Answer("5xx")), tail="terminal", page_limit=2
                 ),
             ),
             TurnScript(
                 (Follow(), Sleep(3.0)),
                 Ending("raises", "group", escapes=False),
-                TaskScript((Answer(grow=2),)),
+                ReadScript((Answer(grow=2),)),
             ),
             TurnScript(
                 (Follow(), Sleep(2.0)),
                 Ending("cancelled"),
-                TaskScript((Answer(grow=2),), "failing"),
+                ReadScript((Answer(grow=2),), "failing"),
             ),
         )
     ),
     "cleanup writes that hang, then a second cancel during the cleanup": StepScript(
         turns=(
-            TurnScript((Follow(), Sleep(1.0)), Ending("returns"), TaskScript((Answer(grow=1),))),
-            TurnScript((Follow(), Sleep(1.0)), Ending("cancelled"), TaskScript((Answer(grow=1),))),
+            TurnScript((Follow(), Sleep(1.0)), Ending("returns"), ReadScript((Answer(grow=1),))),
+            TurnScript((Follow(), Sleep(1.0)), Ending("cancelled"), ReadScript((Answer(grow=1),))),
         ),
         store=StoreScript(end=(PutOp("hang"), PutOp("slow", 4.0)), next=(PutOp("hang"),)),
         second_cancel=SecondCancel(1, "end_mark", 1),
@@ -88,9 +88,9 @@ KNOWN = {
     "a cancel while the turn's task group exits": StepScript(
         turns=(
             TurnScript(
-                (Follow(), Sleep(0.5)), Ending("returns"), TaskScript((Answer(grow=1),), "terminal")
+                (Follow(), Sleep(0.5)), Ending("returns"), ReadScript((Answer(grow=1),), "terminal")
             ),
-            TurnScript((Follow(), Sleep(0.5)), Ending("returns"), TaskScript((Answer(grow=1),))),
+            TurnScript((Follow(), Sleep(0.5)), Ending("returns"), ReadScript((Answer(grow=1),))),
         ),
         drain_seconds=0.0,
         store=StoreScript(next=(PutOp("hang"),)),

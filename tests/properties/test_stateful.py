@@ -25,12 +25,12 @@ from .scripts import (
     Finish,
     Follow,
     Publish,
+    ReadScript,
     Report,
     SecondCancel,
     StepScript,
     StoreAnswers,
     StoreScript,
-    TaskScript,
     Ticks,
     TurnScript,
 )
@@ -42,8 +42,8 @@ from .strategies import (
     answers,
     endings,
     put_ops,
+    read_scripts,
     store_scripts,
-    task_scripts,
     terminal_states,
     waits,
 )
@@ -59,7 +59,7 @@ class LiveTurnsStep(RuleBasedStateMachine):
         super().__init__()
         self.done: list[TurnScript] = []
         self.actions: list[Action] | None = None
-        self.task: TaskScript | None = None
+        self.task: ReadScript | None = None
         self.followed = False
         self.step_over = False
         self.second: SecondCancel | None = None
@@ -75,7 +75,7 @@ class LiveTurnsStep(RuleBasedStateMachine):
         drain=st.sampled_from(DRAIN_SECONDS),
         read_timeout=st.sampled_from(READ_TIMEOUTS),
         store=store_scripts(),
-        task=task_scripts(),
+        task=read_scripts(),
         follow_at_once=st.booleans(),
     )
     def configure(
@@ -84,7 +84,7 @@ class LiveTurnsStep(RuleBasedStateMachine):
         drain: float,
         read_timeout: float,
         store: StoreScript,
-        task: TaskScript,
+        task: ReadScript,
         follow_at_once: bool,
     ) -> None:
         self.poll, self.drain, self.read_timeout, self.store = poll, drain, read_timeout, store
@@ -101,8 +101,8 @@ class LiveTurnsStep(RuleBasedStateMachine):
             self._act(Follow())
             self.followed = True
 
-    @rule(ending=endings(), next_task=task_scripts(), follow_at_once=st.booleans())
-    def end_turn(self, ending: Ending, next_task: TaskScript, follow_at_once: bool) -> None:
+    @rule(ending=endings(), next_task=read_scripts(), follow_at_once=st.booleans())
+    def end_turn(self, ending: Ending, next_task: ReadScript, follow_at_once: bool) -> None:
         """End the open turn; the step goes on with the next one, unless this ended it."""
         if self.actions is None:
             return
@@ -161,7 +161,7 @@ class LiveTurnsStep(RuleBasedStateMachine):
 
     # --- running it ------------------------------------------------------------------
 
-    def _open(self, task: TaskScript, follow_at_once: bool) -> None:
+    def _open(self, task: ReadScript, follow_at_once: bool) -> None:
         self.actions, self.task, self.followed = [], task, False
         if follow_at_once:
             self.follow()
