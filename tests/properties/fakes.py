@@ -1,9 +1,15 @@
 """The agent and the store of a property example: each answers as the script says and records it.
 
-:class:`FakeAgent` is the trajectory extension's cursor read behind an
-``httpx.MockTransport``; :class:`FakeStore` is a write-once memory store. Both
+:class:`WorldAgent` is the trajectory extension's cursor read behind an
+``httpx.MockTransport``; :class:`WorldStore` is a write-once memory store. Both
 stamp what they see on the world's clock (:meth:`World.mark`), so the checks
 can order a read against a write against a turn's end.
+
+The role differs from :class:`tests.support.agents.ScriptedAgent`'s, the agent
+an example test drives statement by statement: here every answer, failures and
+hangs included, comes from a script fixed before the run, and the agent ends a
+runaway follower by itself. The page a read gets is built the same way for both
+(:func:`tests.support.agents.cursor_page`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import httpx
 
 from follower import MemoryStore, ObjectExistsError, StoreError, TrajectoryState
 
+from ..support.agents import cursor_page
 from .records import PutRecord, ReadRecord
 from .scripts import EPS, Answer, PutOp, ReadScript, StoreScript
 
@@ -64,8 +71,8 @@ class _Task:
         )
 
 
-class FakeAgent:
-    """The trajectory extension's cursor read, answering as each task's script says.
+class WorldAgent:
+    """The world's agent: the cursor read, answering each read as its task's script says.
 
     Records every read with its start and end stamps and its outcome.
     """
@@ -127,23 +134,12 @@ class FakeAgent:
             read.outcome = "400"
             return httpx.Response(400, text="after is past the end")
         state = task.state  # read before the length, as the extension requires
-        events = task.events[read.after : read.after + task.script.page_limit]
-        nxt = read.after + len(events)
-        has_more = nxt < len(task.events)
-        read.outcome = "last" if state.is_terminal and not has_more else "page"
-        read.next = nxt
-        return httpx.Response(
-            200,
-            json={
-                "context_id": "ctx",
-                "task_id": read.task_id,
-                "state": state.value,
-                "format": task.script.format,
-                "events": events,
-                "next": nxt,
-                "has_more": has_more,
-            },
+        page = cursor_page(
+            read.task_id, state, task.script.format, task.events, read.after, task.script.page_limit
         )
+        read.outcome = "last" if state.is_terminal and not page["has_more"] else "page"
+        read.next = page["next"]
+        return httpx.Response(200, json=page)
 
 
 def _kind(key: str) -> str:
@@ -153,8 +149,8 @@ def _kind(key: str) -> str:
     return {"meta.json": "meta", "end.json": "end", "next.json": "next"}[name]
 
 
-class FakeStore(MemoryStore):
-    """A write-once memory store answering each write as the script says; records them."""
+class WorldStore(MemoryStore):
+    """The world's store: write-once in memory, answering each write as the script says."""
 
     def __init__(self, world: World, script: StoreScript) -> None:
         super().__init__()

@@ -23,7 +23,7 @@ from follower._exchange import POOL_WAIT_SECONDS
 from follower._follow import retry_delay
 from follower._turns import CLEANUP_SECONDS, CLEANUP_WRITE_SECONDS
 
-from .fakes import FakeAgent, FakeStore
+from .fakes import WorldAgent, WorldStore
 from .records import (
     FollowerRecord,
     Outcome,
@@ -65,8 +65,8 @@ class World:
         self.script = script
         self.backend = backend
         self.seq = 0
-        self.agent = FakeAgent(self, {task_id(k): t.task for k, t in enumerate(script.turns)})
-        self.store = FakeStore(self, script.store)
+        self.agent = WorldAgent(self, {task_id(k): t.task for k, t in enumerate(script.turns)})
+        self.store = WorldStore(self, script.store)
         self.turns = [
             TurnRecord(k, t, make_error(t.ending.error, k)) for k, t in enumerate(script.turns)
         ]

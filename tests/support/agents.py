@@ -1,14 +1,17 @@
 """Agents to follow in tests: a scripted ASGI agent, and raw sockets that misbehave.
 
-The scripted agent serves the trajectory extension's cursor read (DESIGN §1)
+The scripted agent serves the trajectory extension's cursor read (docs/protocol.md)
 for tasks whose events the test publishes step by step, and records every
-read, so tests order themselves on what the agent saw, never on sleeps.
+read, so tests order themselves on what the agent saw, never on sleeps. The
+property tests' agent (:class:`tests.properties.fakes.WorldAgent`) answers from
+a script fixed before the run instead; both build their pages with
+:func:`cursor_page`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,6 +26,32 @@ ENDPOINT = "http://agent.test/ext/trajectory"
 
 # A fault answers a read instead of the agent: (status, body) or an exception to raise.
 Fault = tuple[int, bytes | str | dict[str, Any]] | BaseException
+
+
+def cursor_page(
+    task_id: str,
+    state: TrajectoryState,
+    format: str | None,
+    events: Sequence[Any],
+    after: int,
+    page_limit: int,
+) -> dict[str, Any]:
+    """The page a cursor read from ``after`` gets, ``events`` being all there is to read.
+
+    ``state`` is read before ``events``, as the extension requires: a terminal
+    state then means every event is in ``events``.
+    """
+    page = list(events[after : after + page_limit])
+    next_ = after + len(page)
+    return {
+        "context_id": "ctx",
+        "task_id": task_id,
+        "state": state.value,
+        "format": format,
+        "events": page,
+        "next": next_,
+        "has_more": next_ < len(events),
+    }
 
 
 @attrs.define
@@ -44,7 +73,7 @@ class Read:
 
 @attrs.define(eq=False)
 class ScriptedAgent:
-    """An ASGI agent whose tasks' trajectories the test drives."""
+    """An ASGI agent whose tasks' trajectories the test drives, statement by statement."""
 
     page_limit: int = 1000
     tasks: dict[str, ScriptedTask] = attrs.field(factory=dict)
@@ -128,17 +157,10 @@ class ScriptedAgent:
             read.answered = 400
             return 400, f"after={after} is past the end"
         state = task.state  # read before the length, as the extension requires
-        events = task.events[after : min(task.visible, after + self.page_limit)]
         read.answered = 200
-        return 200, {
-            "context_id": "ctx",
-            "task_id": task_id,
-            "state": state.value,
-            "format": task.format,
-            "events": events,
-            "next": after + len(events),
-            "has_more": after + len(events) < task.visible,
-        }
+        return 200, cursor_page(
+            task_id, state, task.format, task.events[: task.visible], after, self.page_limit
+        )
 
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
         return httpx.AsyncClient(transport=httpx.ASGITransport(app=self), **kwargs)
