@@ -42,14 +42,12 @@ from .support.cli import (
     VERDICT,
     AgentWithoutLiveTrajectory,
     BackgroundRun,
-    StoredTurn,
     assert_no_traceback,
     assert_one_line_error,
     closed_port,
     get_card,
     json_lines,
     only_step,
-    read_linked_turns,
     run_cli,
     run_cli_async,
     run_until_first_line_then_interrupt,
@@ -57,6 +55,7 @@ from .support.cli import (
     serving,
     without_padding,
 )
+from .support.stored import StoredTurn, read_linked_turns
 
 pytestmark = pytest.mark.anyio
 

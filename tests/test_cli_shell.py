@@ -33,18 +33,16 @@ from follower.testing import Fault, ReferenceAgent, TaskScript
 
 from .support.cli import (
     VERDICT,
-    StoredTurn,
     assert_no_traceback,
     assert_one_line_error,
     json_lines,
     only_step,
-    read_linked_turns,
-    read_turn,
     run_cli_async,
     run_until_first_line_then_interrupt,
     send_message,
     serving,
 )
+from .support.stored import StoredTurn, read_linked_turns, read_turn
 from .support.virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio

@@ -49,6 +49,7 @@ from follower.testing import (
     serve_agent,
 )
 
+from .support.stored import stored_turn
 from .support.virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
@@ -150,19 +151,9 @@ def indexes(events: list[Any]) -> list[int]:
     return [event["index"] for event in events]
 
 
-async def stored_events(store: MemoryStore, prefix: str) -> list[Any]:
-    """A turn's stored events, chunk after chunk, checking the chunks are contiguous."""
-    events: list[Any] = []
-    for key in await store.list(prefix):
-        name = key.rsplit("/", 1)[1]
-        if not name.endswith(".jsonl"):
-            continue
-        after, nxt = (int(n) for n in name.removesuffix(".jsonl").split("-"))
-        assert after == len(events)
-        lines = (await store.get(key)).decode().splitlines()
-        events.extend(json.loads(line) for line in lines)
-        assert nxt == len(events)
-    return events
+async def stored_events(store: MemoryStore) -> list[Any]:
+    """Turn 1's stored events, chunk after chunk, checking the chunks are contiguous."""
+    return (await stored_turn(store, "steps/s1/", "turn-1")).events
 
 
 async def post_read(client: httpx.AsyncClient, body: Any) -> httpx.Response:
@@ -367,7 +358,7 @@ async def test_follow_trajectory_stores_every_event() -> None:
             await wait_for_task(client, task["id"])
             stop.set()
     assert sink.final_state is TrajectoryState.COMPLETED
-    assert indexes(await stored_events(store, sink.prefix)) == list(range(30))
+    assert indexes(await stored_events(store)) == list(range(30))
     assert agent.statistics().reads > 2  # read while it ran, not only at the end
 
 
@@ -418,7 +409,7 @@ async def test_a_cancelled_step_cancels_the_agents_task() -> None:
             with anyio.move_on_after(5.25) as step:
                 await run_a2a_turn(a2a, turns, "turn-1", "run", task_poll_seconds=0.5)
         end = json.loads(await store.get("steps/s1/turn-1/live/end.json"))
-        stored = await stored_events(store, "steps/s1/turn-1/live/")
+        stored = await stored_events(store)
     assert step.cancelled_caught
     assert agent.statistics().canceled_tasks == 1
     assert end == {"state": "canceled", "next": len(stored)}
@@ -598,7 +589,7 @@ async def test_unavailable_for_a_while_is_outwaited_by_the_follower() -> None:
                 client=client,
             )
     assert anyio.current_time() - started >= 12.0
-    assert indexes(await stored_events(store, sink.prefix)) == list(range(20))
+    assert indexes(await stored_events(store)) == list(range(20))
 
 
 MALFORMED = [
@@ -679,7 +670,7 @@ async def test_gone_mid_turn_ends_following_after_stop() -> None:
             stop.set()
         stopped_at = anyio.current_time()
     assert stopped_at - sent_at == pytest.approx(4.0)  # the failed read after stop ended it
-    assert indexes(await stored_events(store, sink.prefix)) == [0, 1, 2]
+    assert indexes(await stored_events(store)) == [0, 1, 2]
     assert agent.statistics().dropped_connections >= 3
 
 
@@ -819,7 +810,7 @@ async def test_served_on_loopback_and_stopped_by_cancel() -> None:
         async with httpx.AsyncClient() as client:
             with pytest.raises(httpx.ConnectError):
                 await client.get(url + ".well-known/agent-card.json")
-    assert indexes(await stored_events(store, sink.prefix)) == list(range(6))
+    assert indexes(await stored_events(store)) == list(range(6))
 
 
 @REAL_TIME

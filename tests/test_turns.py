@@ -23,6 +23,7 @@ from follower._clients import _shared_ssl_context, client_pool
 from follower._turns import CLEANUP_SECONDS
 
 from .support.agents import ENDPOINT, ScriptedAgent
+from .support.stored import stored_turn
 from .support.virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
@@ -46,16 +47,7 @@ async def load(store: MemoryStore, key: str) -> Any:
 
 async def stored_events(store: MemoryStore, turn: str) -> list[Any]:
     """Every stored event of a turn, checking the chunks are contiguous from 0."""
-    events: list[Any] = []
-    for key in await store.list(live(turn)):
-        name = key.rsplit("/", 1)[1]
-        if name.endswith(".jsonl"):
-            after, nxt = (int(n) for n in name.removesuffix(".jsonl").split("-"))
-            assert after == len(events), f"chunk {name} is not contiguous"
-            lines = (await store.get(key)).decode().splitlines()
-            assert len(lines) == nxt - after
-            events.extend(json.loads(line) for line in lines)
-    return events
+    return (await stored_turn(store, PREFIX, turn)).events
 
 
 def turn_block(agent: ScriptedAgent, store: MemoryStore, turn: str = "turn-1", **kw: Any) -> Any:
@@ -79,8 +71,8 @@ async def test_healthy_agent_every_event_stored_once_in_order() -> None:
     assert await load(store, live("turn-1") + "meta.json") == {"format": "agentenv/v1"}
     assert await load(store, live("turn-1") + "end.json") == {"state": "completed", "next": 11}
     # Chunks are one page each: at most page_limit events.
-    chunks = [k for k in await store.list(live("turn-1")) if k.endswith(".jsonl")]
-    assert all(int(k[-14:-6]) - int(k[-23:-15]) <= 3 for k in chunks)
+    chunks = (await stored_turn(store, PREFIX, "turn-1")).chunks
+    assert all(next_ - after <= 3 for after, next_ in chunks)
 
 
 async def test_has_more_pages_are_read_back_to_back() -> None:

@@ -1,10 +1,9 @@
 """What the interop tests share: JSON-RPC and trajectory reads against the framework
-agent (afp_agent.py), and a stored turn read back and checked for contiguity."""
+agent (afp_agent.py), and a store that says when a turn's events are stored (read
+back by tests/support/stored.py)."""
 
 from __future__ import annotations
 
-import json
-import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,6 +17,7 @@ import httpx
 import follower
 from follower import MemoryStore
 
+from ..support.stored import stored_turn
 from .conftest import RunningAgent
 
 PREFIX = "steps/s1/"
@@ -27,7 +27,6 @@ TEST_SECONDS = 20.0
 TERMINAL = frozenset({"completed", "canceled", "failed", "rejected"})
 MAX_PAGE_EVENTS = 1000  # the framework's page limits (and DESIGN §1's)
 MAX_PAGE_BYTES = 4 * 1024 * 1024
-CHUNK = re.compile(r"([0-9]{8})-([0-9]{8})\.jsonl")
 
 
 @attrs.frozen
@@ -144,46 +143,6 @@ class Agent:
         return trajectory
 
 
-@attrs.frozen
-class StoredTurn:
-    """One turn's stored live trajectory, checked for contiguity as it is read back."""
-
-    chunks: list[tuple[int, int]]
-    events: list[Any]
-    end: dict[str, Any] | None
-    meta: dict[str, Any] | None
-    next: dict[str, Any] | None
-
-
-async def stored_turn(store: follower.ObjectStore, turn_id: str) -> StoredTurn:
-    prefix = f"{PREFIX}{turn_id}/live/"
-    keys = await store.list(prefix)
-    marks: dict[str, dict[str, Any]] = {}
-    chunks: list[tuple[int, int]] = []
-    for key in keys:
-        name = key.removeprefix(prefix)
-        match = CHUNK.fullmatch(name)
-        if match:
-            chunks.append((int(match.group(1)), int(match.group(2))))
-        else:
-            assert name in {"meta.json", "end.json", "next.json"}, f"unexpected object {key}"
-            marks[name] = json.loads(await store.get(key))
-    chunks.sort()
-    events: list[Any] = []
-    for after, next_ in chunks:
-        assert after == len(events), f"chunks are not contiguous: {chunks}"
-        body = await store.get(f"{prefix}{after:08d}-{next_:08d}.jsonl")
-        lines = body.splitlines()
-        assert len(lines) == next_ - after, f"chunk {after}-{next_} holds {len(lines)} lines"
-        for line in lines:
-            event = json.loads(line)
-            assert line == json.dumps(event, separators=(",", ":")).encode(), "not compact JSON"
-            events.append(event)
-    return StoredTurn(
-        chunks, events, marks.get("end.json"), marks.get("meta.json"), marks.get("next.json")
-    )
-
-
 class WatchedStore(MemoryStore):
     """A memory store that tells who waits on it that an object was stored."""
 
@@ -200,7 +159,7 @@ class WatchedStore(MemoryStore):
         """Return once at least ``events`` events of the turn are stored."""
         while True:
             stored = self._stored
-            if len((await stored_turn(self, turn_id)).events) >= events:
+            if len((await stored_turn(self, PREFIX, turn_id)).events) >= events:
                 return
             await stored.wait()
 

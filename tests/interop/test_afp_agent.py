@@ -20,6 +20,7 @@ import pytest
 import follower
 from follower import FilesystemStore, LiveTurns, MemoryStore, following_live_trajectory
 
+from ..support.stored import stored_turn
 from .conftest import RunningAgent
 from .helpers import (
     FORMAT,
@@ -30,7 +31,6 @@ from .helpers import (
     Agent,
     WatchedStore,
     indexes,
-    stored_turn,
 )
 
 pytestmark = pytest.mark.anyio
@@ -61,7 +61,7 @@ async def test_a_task_is_stored_whole_and_in_order(afp_agent: RunningAgent) -> N
                 turn.ended(state)
             served = await agent.served(task["id"])
             final = await agent.final(task["id"])
-            stored = await stored_turn(store, "turn-1")
+            stored = await stored_turn(store, PREFIX, "turn-1")
     assert state == "completed"
     assert served.state == "completed"
     assert served.format == FORMAT
@@ -70,7 +70,7 @@ async def test_a_task_is_stored_whole_and_in_order(afp_agent: RunningAgent) -> N
     assert stored.events == served.events
     assert stored.end == {"state": "completed", "next": 20}
     assert stored.meta == {"format": FORMAT}
-    assert stored.next is None  # a lone turn, not through LiveTurns: no link
+    assert stored.next_turn is None  # a lone turn, not through LiveTurns: no link
 
 
 async def test_every_event_is_read_while_the_task_runs(afp_agent: RunningAgent) -> None:
@@ -88,7 +88,7 @@ async def test_every_event_is_read_while_the_task_runs(afp_agent: RunningAgent) 
                 turn.follow(task["id"])
                 turn.ended(await agent.wait_ended(task["id"]))
             served = await agent.served(task["id"])
-            stored = await stored_turn(store, "turn-1")
+            stored = await stored_turn(store, PREFIX, "turn-1")
     assert served.state == "completed", afp_agent.log_tail()
     assert stored.chunks == [(i, i + 1) for i in range(events)]
     assert stored.events == served.events
@@ -117,7 +117,7 @@ async def test_pages_the_agent_splits_are_stored_contiguously(
                 turn.follow(task["id"])
                 turn.ended(await agent.wait_ended(task["id"]))
             served = await agent.served(task["id"])
-            stored = await stored_turn(store, "turn-1")
+            stored = await stored_turn(store, PREFIX, "turn-1")
     assert len(served.events) == events
     assert indexes(stored.events) == indexes(served.events)
     assert stored.events == served.events
@@ -138,7 +138,7 @@ async def test_a_failed_task_ends_failed(afp_agent: RunningAgent) -> None:
                 state = await agent.wait_ended(task["id"])
                 turn.ended(state)
             served = await agent.served(task["id"])
-            stored = await stored_turn(store, "turn-1")
+            stored = await stored_turn(store, PREFIX, "turn-1")
     assert state == "failed"
     assert served.state == "failed"
     assert stored.events == served.events
@@ -162,7 +162,7 @@ async def test_a_step_that_cancels_its_task_stores_it_to_the_end(
                 assert await agent.cancel(task["id"]) == "canceled"
                 turn.ended(await agent.wait_ended(task["id"]))
             served = await agent.served(task["id"])
-            stored = await stored_turn(store, "turn-1")
+            stored = await stored_turn(store, PREFIX, "turn-1")
             assert await agent.state(task["id"]) == "canceled"
     assert served.state == "canceled"
     assert 3 <= len(served.events) < 10_000
@@ -189,7 +189,7 @@ async def test_a_cancelled_step_leaves_its_task_canceled(afp_agent: RunningAgent
                     step.cancel()
                     await anyio.sleep_forever()
             assert step.cancelled_caught
-            stored = await stored_turn(store, "turn-1")
+            stored = await stored_turn(store, PREFIX, "turn-1")
             assert await agent.state(task_id) == "working"
             assert await agent.cancel(task_id) == "canceled"
             served = await agent.served(task_id)
@@ -211,7 +211,7 @@ async def test_an_unknown_task_ends_following_quietly(afp_agent: RunningAgent) -
                 agent.endpoint, store, PREFIX, "turn-1", poll_interval_seconds=POLL
             ) as turn:
                 turn.follow("no-such-task")
-            stored = await stored_turn(store, "turn-1")
+            stored = await stored_turn(store, PREFIX, "turn-1")
     assert stored.chunks == []
     assert stored.end == {"state": "failed", "next": 0}
 
@@ -242,10 +242,10 @@ async def test_two_turns_in_one_context_are_linked_and_read_back(
                     store, PREFIX, "turn-1", poll_interval_seconds=0.02
                 )
             ]
-            first = await stored_turn(store, "turn-1")
-            second = await stored_turn(store, "turn-2")
-    assert first.next == {"turn": "turn-2"}
-    assert second.next == {"turn": None}
+            first = await stored_turn(store, PREFIX, "turn-1")
+            second = await stored_turn(store, PREFIX, "turn-2")
+    assert first.next_turn == {"turn": "turn-2"}
+    assert second.next_turn == {"turn": None}
     assert first.end == {"state": "completed", "next": 4}
     assert second.end == {"state": "completed", "next": 6}
     assert read_back == [

@@ -12,8 +12,9 @@ import pytest
 import follower
 from follower import LiveTurns
 
+from ..support.stored import stored_turn
 from .conftest import RunningAgent
-from .helpers import POLL, PREFIX, TEST_SECONDS, Agent, WatchedStore, stored_turn
+from .helpers import POLL, PREFIX, TEST_SECONDS, Agent, WatchedStore
 
 pytestmark = pytest.mark.anyio
 
@@ -32,13 +33,13 @@ async def test_a_whole_turn_runs_to_completion(afp_agent: RunningAgent) -> None:
                 )
         async with Agent.client(afp_agent) as reference:
             served = await reference.served(task.id)
-        stored = await stored_turn(store, "turn-1")
+        stored = await stored_turn(store, PREFIX, "turn-1")
     assert task.state == "completed"
     assert served.state == "completed"
     assert len(served.events) == 12
     assert stored.events == served.events
     assert stored.end == {"state": "completed", "next": 12}
-    assert stored.next == {"turn": None}
+    assert stored.next_turn == {"turn": None}
 
 
 async def test_a_cancelled_whole_turn_cancels_the_agents_task(afp_agent: RunningAgent) -> None:
@@ -57,7 +58,7 @@ async def test_a_cancelled_whole_turn_cancels_the_agents_task(afp_agent: Running
                 await store.wait_events("turn-1", 3)
                 step.cancel()
         assert step.cancelled_caught
-        stored = await stored_turn(store, "turn-1")
+        stored = await stored_turn(store, PREFIX, "turn-1")
         task_id = stored.events[0]["task"]  # afp_agent.py names the task in each event
         async with Agent.client(afp_agent) as reference:
             # The helper's cleanup sent tasks/cancel before the step's cancel came out.

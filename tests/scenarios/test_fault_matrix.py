@@ -28,6 +28,7 @@ from follower._step import LiveTurns
 from follower._turns import CLEANUP_SECONDS
 from follower.testing import Fault, ReferenceAgent, TaskScript
 
+from ..support.stored import stored_turn
 from ..support.virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
@@ -74,18 +75,12 @@ async def inject(agent: ReferenceAgent, fault: Fault) -> None:
 
 async def assert_stored_prefix_and_marked(store: MemoryStore, turn: str = "turn-1") -> int:
     """The turn's chunks hold events 0..N-1 of the script, contiguous; end.json says N."""
-    live = f"{PREFIX}{turn}/live/"
-    events: list[Any] = []
-    for key in await store.list(live):
-        if key.endswith(".jsonl"):
-            after, nxt = (int(n) for n in key.rsplit("/", 1)[1][:-6].split("-"))
-            assert after == len(events)
-            events.extend(json.loads(line) for line in (await store.get(key)).splitlines())
-            assert len(events) == nxt
+    stored = await stored_turn(store, PREFIX, turn)
+    events = stored.events
     assert events == [SCRIPT.event(i) for i in range(len(events))]
-    mark = json.loads(await store.get(live + "end.json"))
-    assert mark["next"] == len(events)
-    assert mark["state"] in {s.value for s in TrajectoryState if s.is_terminal}
+    assert stored.end is not None
+    assert stored.end["next"] == len(events)
+    assert stored.end["state"] in {s.value for s in TrajectoryState if s.is_terminal}
     return len(events)
 
 

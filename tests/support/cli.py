@@ -1,16 +1,14 @@
-"""Running the ``follower`` command line as a user does, and reading what it left behind.
+"""Running the ``follower`` command line as a user does, and finding what it left behind.
 
 Every run is a real subprocess of the venv's interpreter, started in the test's
-own folder, bounded by a timeout; its output is decoded text. The stored-step
-readers look at the files themselves, not through the library's reader, so a
-test of ``tail`` or ``demo`` does not grade the library with its own answers.
+own folder, bounded by a timeout; its output is decoded text. What a run stored
+is read back from its files by :mod:`tests.support.stored`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -46,7 +44,6 @@ MAX_LINE_BYTES = 1024 * 1024
 INTERRUPT_SECONDS = 20.0
 
 VERDICT = "every followed turn is stored, contiguous, linked and ended"
-_CHUNK = re.compile(r"([0-9]{8,})-([0-9]{8,})\.jsonl")
 
 
 # --- running the command -----------------------------------------------------------------
@@ -214,76 +211,7 @@ def without_padding(event: Any) -> Any:
     return {k: v for k, v in event.items() if k != "padding"}
 
 
-# --- reading a stored step from its files -------------------------------------------------
-
-
-@attrs.frozen
-class StoredTurn:
-    """One turn's folder: ``<step>/<turn>/live/``, read file by file."""
-
-    turn_id: str
-    events: list[Any]
-    chunks: list[tuple[int, int]]
-    end: dict[str, Any] | None
-    next_turn: dict[str, Any] | None
-    meta: dict[str, Any] | None
-
-
-def read_turn(step: Path, turn_id: str) -> StoredTurn:
-    """A turn's stored files; its chunks must be contiguous from 0."""
-    live = step / turn_id / "live"
-    assert live.is_dir(), f"no folder {live}"
-    chunks: list[tuple[int, int, Path]] = []
-    for path in live.iterdir():
-        match = _CHUNK.fullmatch(path.name)
-        if match is not None:
-            chunks.append((int(match.group(1)), int(match.group(2)), path))
-        else:
-            assert path.name in ("meta.json", "end.json", "next.json"), path
-    chunks.sort()
-    events: list[Any] = []
-    for after, next_, path in chunks:
-        assert after == len(events), f"{live}: chunks not contiguous at {after}"
-        lines = path.read_text().splitlines()
-        assert len(lines) == next_ - after, path
-        events.extend(json.loads(line) for line in lines)
-
-    def optional(name: str) -> dict[str, Any] | None:
-        path = live / name
-        return json.loads(path.read_text()) if path.exists() else None
-
-    return StoredTurn(
-        turn_id,
-        events,
-        [(after, next_) for after, next_, _ in chunks],
-        optional("end.json"),
-        optional("next.json"),
-        optional("meta.json"),
-    )
-
-
-def read_linked_turns(step: Path, first_turn: str, *, first: bool = True) -> list[StoredTurn]:
-    """The step's turns from ``first_turn`` on, by their ``next.json`` links, checked whole.
-
-    Every turn reached is ended (its end mark counts exactly its stored events)
-    and linked (``next.json`` names the next turn, null after the last); when
-    ``first_turn`` is the step's first, no turn folder is left out of the chain.
-    """
-    turns: list[StoredTurn] = []
-    current: str | None = first_turn
-    while current is not None:
-        assert current not in [t.turn_id for t in turns], f"the links loop at {current}"
-        turn = read_turn(step, current)
-        assert turn.end is not None, f"{current}: no end.json"
-        assert turn.end["next"] == len(turn.events), (current, turn.end)
-        assert turn.next_turn is not None, f"{current}: no next.json"
-        turns.append(turn)
-        current = turn.next_turn["turn"]
-    folders = {path.name for path in step.iterdir()}
-    if first:
-        assert folders == {t.turn_id for t in turns}, (folders, [t.turn_id for t in turns])
-    assert folders >= {t.turn_id for t in turns}
-    return turns
+# --- where a demo stored its step --------------------------------------------------------
 
 
 def only_step(store: Path) -> Path:
