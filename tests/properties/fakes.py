@@ -23,10 +23,11 @@ import attrs
 import httpx
 
 from follower import MemoryStore, ObjectExistsError, StoreError, TrajectoryState
+from follower._layout import parse_chunk_name
 
 from ..support.agents import cursor_page
 from .records import PutRecord, ReadRecord
-from .scripts import EPS, Answer, PutOp, ReadScript, StoreScript
+from .scripts import EPS, Answer, PutOp, ReadScript, StoreScript, turn_keys
 
 if TYPE_CHECKING:
     from .world import World
@@ -142,11 +143,18 @@ class WorldAgent:
         return httpx.Response(200, json=page)
 
 
+# Each mark's kind by its object name, as the layout names them (the same in every turn).
+_KEYS = turn_keys(0)
+_MARKS = dict(
+    zip(_KEYS.names([_KEYS.meta, _KEYS.end, _KEYS.next]), ("meta", "end", "next"), strict=True)
+)
+
+
 def _kind(key: str) -> str:
     name = key.rsplit("/", 1)[-1]
-    if name.endswith(".jsonl"):
+    if parse_chunk_name(name) is not None:
         return "chunk"
-    return {"meta.json": "meta", "end.json": "end", "next.json": "next"}[name]
+    return _MARKS[name]
 
 
 class WorldStore(MemoryStore):

@@ -30,10 +30,11 @@ from collections.abc import Callable
 from typing import Any
 
 from follower import TrajectoryState
+from follower._layout import parse_chunk_name
 from follower._turns import CLEANUP_SECONDS, CLEANUP_WRITE_SECONDS
 
 from .records import NOT_RUN, PutRecord, Stamp, TurnRecord
-from .scripts import EPS, live, task_id, turn_id
+from .scripts import EPS, live, task_id, turn_id, turn_keys
 from .violations import (
     ChunksWrong,
     EndMarkCount,
@@ -215,21 +216,24 @@ def _check_outcome(world: World) -> None:
 
 
 def _chunks(world: World, k: int) -> list[tuple[int, int, PutRecord]]:
+    keys = turn_keys(k)
     found = []
     for put in world.store.puts:
-        if put.outcome == "stored" and put.kind == "chunk" and put.key.startswith(live(k)):
-            name = put.key.rsplit("/", 1)[1].removesuffix(".jsonl")
-            after, nxt = (int(n) for n in name.split("-"))
-            found.append((after, nxt, put))
+        if put.outcome == "stored" and put.kind == "chunk" and put.key.startswith(keys.live):
+            parsed = parse_chunk_name(keys.names([put.key])[0])
+            assert parsed is not None, put.key
+            found.append((*parsed, put))
     return sorted(found, key=lambda c: (c[0], c[1]))
 
 
 def _check_chunks(world: World, record: TurnRecord) -> None:
     k = record.index
     name = turn_id(k)
-    keys = [p.key for p in world.store.puts if p.outcome == "stored" and p.key.startswith(live(k))]
+    stored = [
+        p.key for p in world.store.puts if p.outcome == "stored" and p.key.startswith(live(k))
+    ]
     if not record.followed:
-        own = [key for key in keys if not key.endswith("next.json")]
+        own = [key for key in stored if key != turn_keys(k).next]
         if own:
             raise ChunksWrong(f"{name} never followed a task but stored {own}")
         return
@@ -297,7 +301,7 @@ def _check_landed_once(world: World, key: str, what: str) -> PutRecord | None:
 
 def _check_end_mark(world: World, record: TurnRecord) -> None:
     k = record.index
-    key = live(k) + "end.json"
+    key = turn_keys(k).end
     if not record.followed:
         if _attempts(world, key):
             raise EndMarkMissing(f"{turn_id(k)} never followed a task but wrote end.json")
@@ -325,7 +329,7 @@ def _check_end_mark(world: World, record: TurnRecord) -> None:
 def _check_links(world: World) -> None:
     followed = [t for t in world.turns if t.followed]
     for record in world.turns:
-        key = live(record.index) + "next.json"
+        key = turn_keys(record.index).next
         if (world.script.plain or not record.followed) and _attempts(world, key):
             raise LinkWrong(
                 f"{turn_id(record.index)} is no followed turn of LiveTurns, "
@@ -334,7 +338,7 @@ def _check_links(world: World) -> None:
     if world.script.plain:
         return
     for i, record in enumerate(followed):
-        key = live(record.index) + "next.json"
+        key = turn_keys(record.index).next
         nxt = turn_id(followed[i + 1].index) if i + 1 < len(followed) else None
         put = _check_landed_once(world, key, f"{turn_id(record.index)}'s next.json")
         if put is not None and json.loads(put.body) != {"turn": nxt}:
@@ -385,7 +389,7 @@ def describe(world: World) -> list[str]:
         how = "returned" if body is None else ("cancelled" if _cancel(world, body) else "raised")
         labels.append(f"a turn {'followed' if record.followed else 'did not follow'} and {how}")
         if record.followed:
-            mark = world.object(live(record.index) + "end.json")
+            mark = world.object(turn_keys(record.index).end)
             labels.append(f"end mark: {mark['state'] if mark else 'missing'}")
             if record.body_end is not None:
                 after_stop = [

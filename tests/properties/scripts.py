@@ -10,9 +10,12 @@ prints as a readable script; :func:`tests.properties.run.run_step` plays one.
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 
 from follower import TrajectoryState
+from follower._layout import TurnKeys
 from follower._turns import CLEANUP_WRITE_SECONDS
 
 ENDPOINT = "http://agent.test/ext/trajectory"
@@ -213,5 +216,11 @@ def task_id(k: int) -> str:
     return f"task-{k + 1}"
 
 
+@functools.cache
+def turn_keys(k: int) -> TurnKeys:
+    """The keys of turn ``k``'s objects, as the stored layout names them."""
+    return TurnKeys(PREFIX, turn_id(k))
+
+
 def live(k: int) -> str:
-    return f"{PREFIX}{turn_id(k)}/live/"
+    return turn_keys(k).live

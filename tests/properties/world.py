@@ -51,6 +51,7 @@ from .scripts import (
     live,
     task_id,
     turn_id,
+    turn_keys,
 )
 
 # After the step, the test keeps the loop running this long: a follower left
@@ -317,7 +318,7 @@ class World:
             return
         record = self.turns[second.turn]
         if second.anchor == "end_mark":
-            key = live(second.turn) + "end.json"
+            key = turn_keys(second.turn).end
             await self.until(lambda: any(p.key == key for p in self.store.puts), max_wait=math.inf)
         else:
             await self.until(lambda: record.body_end is not None, max_wait=math.inf)
