@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -137,6 +138,60 @@ class Following:
             self.done.set()
 
 
+@asynccontextmanager
+async def following(client: httpx.AsyncClient, **options: Any) -> AsyncIterator[Following]:
+    """A :class:`Following` run on ``client`` for the block; it has ended when the block exits."""
+    async with client, anyio.create_task_group() as tg:
+        run = Following(client, **options)
+        tg.start_soon(run)
+        yield run
+        await run.done.wait()
+
+
+async def follow_t1(
+    client: httpx.AsyncClient,
+    sink: RecordingSink | None = None,
+    *,
+    stop: anyio.Event | None = None,
+    **options: Any,
+) -> None:
+    """``follow_trajectory`` of task t1 to its end, every ``POLL`` seconds unless told otherwise."""
+    await follow_trajectory(
+        ENDPOINT,
+        "t1",
+        RecordingSink() if sink is None else sink,
+        stop=anyio.Event() if stop is None else stop,
+        client=client,
+        **{"poll_interval_seconds": POLL, **options},
+    )
+
+
+async def seconds_to_follow_t1(
+    client: httpx.AsyncClient, sink: RecordingSink, *, stop: anyio.Event | None = None
+) -> float:
+    """How long :func:`follow_t1` took, in virtual seconds."""
+    start = anyio.current_time()
+    await follow_t1(client, sink, stop=stop)
+    return anyio.current_time() - start
+
+
+def agent_with_t1(*events: Any, page_limit: int = 1000) -> ScriptedAgent:
+    """The scripted agent with task t1, ``events`` published (none: t1 is still pending)."""
+    agent = ScriptedAgent(page_limit=page_limit)
+    agent.add_task("t1")
+    if events:
+        agent.publish("t1", *events)
+    return agent
+
+
+def stop_event(stopped: bool) -> anyio.Event:
+    """A step's stop event, already set if ``stopped``."""
+    stop = anyio.Event()
+    if stopped:
+        stop.set()
+    return stop
+
+
 class BusyPool(httpx.AsyncBaseTransport):
     """The agent behind a connection pool of ours that is full for the next ``busy`` reads.
 
@@ -183,45 +238,25 @@ async def test_poll_interval_must_be_positive(poll: float) -> None:
     with anyio.fail_after(10):
         async with no_reads_client() as client:
             with pytest.raises(ValueError, match="poll_interval_seconds"):
-                await follow_trajectory(
-                    ENDPOINT,
-                    "t1",
-                    RecordingSink(),
-                    poll_interval_seconds=poll,
-                    stop=anyio.Event(),
-                    client=client,
-                )
+                await follow_t1(client, poll_interval_seconds=poll)
 
 
 async def test_start_cursor_must_not_be_negative() -> None:
     with anyio.fail_after(10):
         async with no_reads_client() as client:
             with pytest.raises(ValueError, match="after"):
-                await follow_trajectory(
-                    ENDPOINT,
-                    "t1",
-                    RecordingSink(),
-                    poll_interval_seconds=POLL,
-                    stop=anyio.Event(),
-                    client=client,
-                    after=-1,
-                )
+                await follow_t1(client, after=-1)
 
 
 # --- page, has_more: read again at once ----------------------------------------------
 
 
 async def test_pages_that_have_more_are_read_back_to_back() -> None:
-    agent = ScriptedAgent(page_limit=2)
-    agent.add_task("t1")
-    agent.publish("t1", *range(5))
+    agent = agent_with_t1(*range(5), page_limit=2)
     with anyio.fail_after(100):
-        async with agent.client() as client, anyio.create_task_group() as tg:
-            run = Following(client)
-            tg.start_soon(run)
+        async with following(agent.client()) as run:
             await agent.wait_reads(3)  # 0-2, 2-4, 4-5: the last of them has no more
             agent.finish("t1")
-            await run.done.wait()
     assert run.error is None
     assert [read.after for read in agent.reads] == [0, 2, 4, 5]
     assert read_times(agent) == exactly([0, 0, 0, POLL])
@@ -235,18 +270,12 @@ async def test_pages_that_have_more_are_read_back_to_back() -> None:
 
 
 async def test_finished_task_is_read_to_the_end_at_once() -> None:
-    agent = ScriptedAgent(page_limit=2)
-    agent.add_task("t1")
-    agent.publish("t1", *range(5))
+    agent = agent_with_t1(*range(5), page_limit=2)
     agent.finish("t1", TrajectoryState.FAILED)
     sink = RecordingSink()
     with anyio.fail_after(100):
         async with agent.client() as client:
-            start = anyio.current_time()
-            await follow_trajectory(
-                ENDPOINT, "t1", sink, poll_interval_seconds=POLL, stop=anyio.Event(), client=client
-            )
-            ended = anyio.current_time() - start
+            ended = await seconds_to_follow_t1(client, sink)
     failed = TrajectoryState.FAILED
     assert sink.batches == [
         batch(0, [0, 1], failed),
@@ -261,17 +290,13 @@ async def test_finished_task_is_read_to_the_end_at_once() -> None:
 
 
 async def test_page_not_last_is_read_again_after_exactly_the_poll_interval() -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")  # pending: no events yet
+    agent = agent_with_t1()  # pending: no events yet
     with anyio.fail_after(100):
-        async with agent.client() as client, anyio.create_task_group() as tg:
-            run = Following(client)
-            tg.start_soon(run)
+        async with following(agent.client()) as run:
             await agent.wait_reads(3)
             agent.publish("t1", "a")
             await agent.wait_reads(4)
             agent.finish("t1")
-            await run.done.wait()
     assert run.error is None
     assert read_times(agent) == exactly([0, POLL, 2 * POLL, 3 * POLL, 4 * POLL])
     assert [read.after for read in agent.reads] == [0, 0, 0, 0, 1]
@@ -282,19 +307,14 @@ async def test_page_not_last_is_read_again_after_exactly_the_poll_interval() -> 
 
 async def test_stop_ends_the_poll_wait_at_once_then_reads_after_the_short_pause() -> None:
     poll = 10.0
-    agent = ScriptedAgent()
-    agent.add_task("t1")
-    agent.publish("t1", "a")
+    agent = agent_with_t1("a")
     with anyio.fail_after(100):
-        async with agent.client() as client, anyio.create_task_group() as tg:
-            run = Following(client, poll_interval_seconds=poll)
-            tg.start_soon(run)
+        async with following(agent.client(), poll_interval_seconds=poll) as run:
             await agent.wait_reads(1)
             await anyio.sleep_until(agent.reads[0].at + 3.0)  # inside the 10 s wait
             run.stop.set()
             await agent.wait_reads(4)
             agent.finish("t1")
-            await run.done.wait()
     assert run.error is None
     pause = AFTER_STOP_PAUSE
     assert read_times(agent) == exactly([0, 3.0, 3.0 + pause, 3.0 + 2 * pause, 3.0 + 3 * pause])
@@ -305,18 +325,13 @@ async def test_stop_ends_the_poll_wait_at_once_then_reads_after_the_short_pause(
 async def test_after_stop_a_page_not_last_is_read_again_after_the_short_pause(
     poll: float, pause: float
 ) -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
-    stop = anyio.Event()
-    stop.set()
+    agent = agent_with_t1()
+    stop = stop_event(True)
     with anyio.fail_after(100):
-        async with agent.client() as client, anyio.create_task_group() as tg:
-            run = Following(client, stop=stop, poll_interval_seconds=poll)
-            tg.start_soon(run)
+        async with following(agent.client(), stop=stop, poll_interval_seconds=poll) as run:
             await agent.wait_reads(3)
             agent.publish("t1", "a", "b")
             agent.finish("t1", TrajectoryState.CANCELED)
-            await run.done.wait()
     assert run.error is None
     assert read_times(agent) == exactly([0, pause, 2 * pause, 3 * pause])
     assert run.sink.batches == [batch(0, ["a", "b"], TrajectoryState.CANCELED, last=True)]
@@ -332,55 +347,40 @@ async def test_after_stop_a_page_not_last_is_read_again_after_the_short_pause(
 async def test_last_page_is_handed_over_even_when_empty(
     state: TrajectoryState, stopped: bool
 ) -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
-    agent.publish("t1", "a", "b")
+    agent = agent_with_t1("a", "b")
     agent.finish("t1", state)
     sink = RecordingSink()
-    stop = anyio.Event()
-    if stopped:
-        stop.set()
+    stop = stop_event(stopped)
     with anyio.fail_after(100):
         async with agent.client() as client:
-            await follow_trajectory(
-                ENDPOINT, "t1", sink, poll_interval_seconds=POLL, stop=stop, client=client, after=2
-            )
+            await follow_t1(client, sink, stop=stop, after=2)
             assert not client.is_closed  # the caller's client stays the caller's
     assert [read.after for read in agent.reads] == [2]
     assert sink.batches == [batch(2, [], state, last=True)]
 
 
 async def test_start_cursor_reads_from_there() -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
-    agent.publish("t1", *range(5))
+    agent = agent_with_t1(*range(5))
     with anyio.fail_after(100):
-        async with agent.client() as client, anyio.create_task_group() as tg:
-            run = Following(client, after=3)
-            tg.start_soon(run)
+        async with following(agent.client(), after=3) as run:
             await agent.wait_reads(1)
             agent.publish("t1", 5)
             agent.finish("t1")
-            await run.done.wait()
     assert run.error is None
     assert [read.after for read in agent.reads] == [3, 5]
     assert run.sink.batches == [batch(3, [3, 4]), batch(5, [5], COMPLETED, last=True)]
 
 
 async def test_batches_are_contiguous_and_hold_every_event_once_in_order() -> None:
-    agent = ScriptedAgent(page_limit=3)
-    agent.add_task("t1")
+    agent = agent_with_t1(page_limit=3)
     bursts = [list(range(0, 7)), [7], [], list(range(8, 16)), [16, 17], []]
     with anyio.fail_after(1000):
-        async with agent.client() as client, anyio.create_task_group() as tg:
-            run = Following(client)
-            tg.start_soon(run)
+        async with following(agent.client()) as run:
             for burst in bursts:
                 seen = len(agent.reads)
                 agent.publish("t1", *burst)
                 await agent.wait_reads(seen + 1)
             agent.finish("t1")
-            await run.done.wait()
     assert run.error is None
     batches = run.sink.batches
     assert run.sink.events == list(range(18))
@@ -402,16 +402,10 @@ async def test_unknown_task_ends_following_quietly_with_one_warning(
 ) -> None:
     agent = ScriptedAgent()  # knows no task
     sink = RecordingSink()
-    stop = anyio.Event()
-    if stopped:
-        stop.set()
+    stop = stop_event(stopped)
     with anyio.fail_after(100):
         async with agent.client() as client:
-            start = anyio.current_time()
-            await follow_trajectory(
-                ENDPOINT, "t1", sink, poll_interval_seconds=POLL, stop=stop, client=client
-            )
-            ended = anyio.current_time() - start
+            ended = await seconds_to_follow_t1(client, sink, stop=stop)
     assert [read.answered for read in agent.reads] == [404]
     assert ended == pytest.approx(0, abs=1e-6)
     assert sink.batches == []
@@ -423,16 +417,11 @@ async def test_unknown_task_ends_following_quietly_with_one_warning(
 async def test_task_forgotten_midway_ends_following_and_keeps_what_was_read(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
-    agent.publish("t1", "a")
+    agent = agent_with_t1("a")
     with anyio.fail_after(100):
-        async with agent.client() as client, anyio.create_task_group() as tg:
-            run = Following(client)
-            tg.start_soon(run)
+        async with following(agent.client()) as run:
             await agent.wait_reads(1)
             agent.forget()  # the agent restarted
-            await run.done.wait()
     assert run.error is None
     assert [read.answered for read in agent.reads] == [200, 404]
     assert run.ended_at == pytest.approx(agent.reads[1].at, abs=1e-6)
@@ -447,40 +436,25 @@ async def test_task_forgotten_midway_ends_following_and_keeps_what_was_read(
 @pytest.mark.parametrize("status", [400, 405, 409])
 @pytest.mark.parametrize("stopped", [False, True], ids=["before-stop", "after-stop"])
 async def test_refused_read_raises(status: int, stopped: bool) -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
+    agent = agent_with_t1()
     agent.faults.append((status, "no"))
     sink = RecordingSink()
-    stop = anyio.Event()
-    if stopped:
-        stop.set()
+    stop = stop_event(stopped)
     with anyio.fail_after(100):
         async with agent.client() as client:
             with pytest.raises(AgentRefusedError) as caught:
-                await follow_trajectory(
-                    ENDPOINT, "t1", sink, poll_interval_seconds=POLL, stop=stop, client=client
-                )
+                await follow_t1(client, sink, stop=stop)
     assert caught.value.status_code == status
     assert len(agent.reads) == 1  # never retried
     assert sink.batches == []
 
 
 async def test_cursor_past_the_agents_end_raises_refused() -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
-    agent.publish("t1", "a")
+    agent = agent_with_t1("a")
     with anyio.fail_after(100):
         async with agent.client() as client:
             with pytest.raises(AgentRefusedError) as caught:
-                await follow_trajectory(
-                    ENDPOINT,
-                    "t1",
-                    RecordingSink(),
-                    poll_interval_seconds=POLL,
-                    stop=anyio.Event(),
-                    client=client,
-                    after=5,
-                )
+                await follow_t1(client, after=5)
     assert caught.value.status_code == 400
 
 
@@ -510,16 +484,11 @@ async def test_cursor_past_the_agents_end_raises_refused() -> None:
 async def test_malformed_page_raises_its_error_after_handing_over_the_valid_ones(
     answer: str | dict[str, Any], error: type[MalformedPageError]
 ) -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
-    agent.publish("t1", "a")
+    agent = agent_with_t1("a")
     with anyio.fail_after(100):
-        async with agent.client() as client, anyio.create_task_group() as tg:
-            run = Following(client, max_page_bytes=1000)
-            tg.start_soon(run)
+        async with following(agent.client(), max_page_bytes=1000) as run:
             await agent.wait_reads(1)
             agent.faults.append((200, answer))
-            await run.done.wait()
     assert type(run.error) is error
     assert [read.after for read in agent.reads] == [0, 1]  # not read again
     assert run.sink.batches == [batch(0, ["a"])]
@@ -550,9 +519,7 @@ FAILURES: dict[str, Callable[[], Any]] = {
 
 
 async def test_failed_reads_before_stop_back_off_up_to_a_minute() -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
-    agent.publish("t1", "a")
+    agent = agent_with_t1("a")
     agent.finish("t1")
     failures = 14
     kinds = list(FAILURES.values())
@@ -560,9 +527,7 @@ async def test_failed_reads_before_stop_back_off_up_to_a_minute() -> None:
     sink = RecordingSink()
     with anyio.fail_after(3600):
         async with agent.client() as client:
-            await follow_trajectory(
-                ENDPOINT, "t1", sink, poll_interval_seconds=POLL, stop=anyio.Event(), client=client
-            )
+            await follow_t1(client, sink)
     delays = [7, 12, 17, 22, 27, 32, 37, 42, 47, 52, 57, 60, 60, 60]
     assert delays == [retry_delay(POLL, n) for n in range(1, failures + 1)]
     expected, at = [0.0], 0.0
@@ -574,18 +539,13 @@ async def test_failed_reads_before_stop_back_off_up_to_a_minute() -> None:
 
 
 async def test_a_successful_read_resets_the_backoff() -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
-    agent.publish("t1", "a")
+    agent = agent_with_t1("a")
     agent.faults.extend([(503, "busy"), (503, "busy")])
     with anyio.fail_after(1000):
-        async with agent.client() as client, anyio.create_task_group() as tg:
-            run = Following(client)
-            tg.start_soon(run)
+        async with following(agent.client()) as run:
             await agent.wait_reads(3)  # two failures, then a page
             agent.faults.append((502, "bad gateway"))
             agent.finish("t1")
-            await run.done.wait()
     assert run.error is None
     first, second = POLL + 5, POLL + 10
     assert read_times(agent) == exactly(
@@ -599,17 +559,13 @@ async def test_a_successful_read_resets_the_backoff() -> None:
 async def test_stop_during_a_backoff_reads_at_once_and_a_failure_then_ends_following(
     failure: str,
 ) -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
+    agent = agent_with_t1()
     agent.faults.extend([(503, "busy"), FAILURES[failure]()])
     with anyio.fail_after(100):
-        async with agent.client() as client, anyio.create_task_group() as tg:
-            run = Following(client)
-            tg.start_soon(run)
+        async with following(agent.client()) as run:
             await agent.wait_reads(1)
             await anyio.sleep_until(agent.reads[0].at + 3.0)  # inside the 7 s backoff
             run.stop.set()
-            await run.done.wait()
     assert run.error is None  # the sentinel never leaves follow_trajectory
     assert read_times(agent) == exactly([0, 3.0])  # exactly one failed read after stop
     assert run.ended_at == pytest.approx(agent.reads[1].at, abs=1e-6)
@@ -617,20 +573,15 @@ async def test_stop_during_a_backoff_reads_at_once_and_a_failure_then_ends_follo
 
 
 async def test_stop_during_a_backoff_then_an_answer_keeps_reading_to_the_last_page() -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
-    agent.publish("t1", "a")
+    agent = agent_with_t1("a")
     agent.faults.append((503, "busy"))
     with anyio.fail_after(100):
-        async with agent.client() as client, anyio.create_task_group() as tg:
-            run = Following(client)
-            tg.start_soon(run)
+        async with following(agent.client()) as run:
             await agent.wait_reads(1)
             await anyio.sleep_until(agent.reads[0].at + 3.0)
             run.stop.set()
             await agent.wait_reads(3)
             agent.finish("t1")
-            await run.done.wait()
     assert run.error is None
     pause = AFTER_STOP_PAUSE
     assert read_times(agent) == exactly([0, 3.0, 3.0 + pause, 3.0 + 2 * pause])
@@ -639,37 +590,25 @@ async def test_stop_during_a_backoff_then_an_answer_keeps_reading_to_the_last_pa
 
 @pytest.mark.parametrize("failure", FAILURES)
 async def test_failed_read_after_stop_ends_following_at_once(failure: str) -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
+    agent = agent_with_t1()
     agent.faults.append(FAILURES[failure]())
-    stop = anyio.Event()
-    stop.set()
+    stop = stop_event(True)
     sink = RecordingSink()
     with anyio.fail_after(100):
         async with agent.client() as client:
-            start = anyio.current_time()
-            await follow_trajectory(
-                ENDPOINT, "t1", sink, poll_interval_seconds=POLL, stop=stop, client=client
-            )
-            ended = anyio.current_time() - start
+            ended = await seconds_to_follow_t1(client, sink, stop=stop)
     assert len(agent.reads) == 1
     assert ended == pytest.approx(0, abs=1e-6)
     assert sink.batches == []
 
 
 async def test_after_stop_pages_are_read_until_a_read_fails() -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
-    agent.publish("t1", "a")
-    stop = anyio.Event()
-    stop.set()
+    agent = agent_with_t1("a")
+    stop = stop_event(True)
     with anyio.fail_after(100):
-        async with agent.client() as client, anyio.create_task_group() as tg:
-            run = Following(client, stop=stop)
-            tg.start_soon(run)
+        async with following(agent.client(), stop=stop) as run:
             await agent.wait_reads(2)
             agent.faults.append(httpx.ReadError("connection reset"))
-            await run.done.wait()
     assert run.error is None
     pause = AFTER_STOP_PAUSE
     assert read_times(agent) == exactly([0, pause, 2 * pause])
@@ -681,18 +620,14 @@ async def test_after_stop_pages_are_read_until_a_read_fails() -> None:
 
 
 async def test_pool_busy_before_stop_is_not_a_failure() -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
+    agent = agent_with_t1()
     pool = BusyPool(agent, busy=3)
     with anyio.fail_after(1000):
-        async with httpx.AsyncClient(transport=pool) as client, anyio.create_task_group() as tg:
-            run = Following(client)
-            tg.start_soon(run)
+        async with following(httpx.AsyncClient(transport=pool)) as run:
             await agent.wait_reads(1)  # after three refusals by our pool
             agent.faults.append((503, "busy"))
             await agent.wait_reads(2)
             agent.finish("t1")
-            await run.done.wait()
     assert run.error is None
     start = pool.attempts[0]
     # Refused reads are retried at the poll interval: no backoff growing with them.
@@ -706,21 +641,15 @@ async def test_pool_busy_before_stop_is_not_a_failure() -> None:
 
 
 async def test_pool_busy_after_stop_does_not_end_following() -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
-    agent.publish("t1", "a")
+    agent = agent_with_t1("a")
     pool = BusyPool(agent, busy=3)
-    stop = anyio.Event()
-    stop.set()
+    stop = stop_event(True)
     with anyio.fail_after(100):
-        async with httpx.AsyncClient(transport=pool) as client, anyio.create_task_group() as tg:
-            run = Following(client, stop=stop)
-            tg.start_soon(run)
+        async with following(httpx.AsyncClient(transport=pool), stop=stop) as run:
             await agent.wait_reads(1)
             pool.busy = 2  # full again for the next two reads
             agent.publish("t1", "b")
             agent.finish("t1")
-            await run.done.wait()
     assert run.error is None
     pause = AFTER_STOP_PAUSE
     assert relative(pool.attempts, pool.attempts[0]) == exactly([pause * i for i in range(7)])
@@ -733,9 +662,7 @@ async def test_pool_busy_after_stop_does_not_end_following() -> None:
 
 
 async def test_a_sink_that_raises_ends_following_with_its_exception() -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
-    agent.publish("t1", "a")
+    agent = agent_with_t1("a")
     error = OSError("disk full")
 
     def refuse(_batch: Any) -> None:
@@ -745,14 +672,7 @@ async def test_a_sink_that_raises_ends_following_with_its_exception() -> None:
     with anyio.fail_after(100):
         async with agent.client() as client:
             with pytest.raises(OSError, match="disk full") as caught:
-                await follow_trajectory(
-                    ENDPOINT,
-                    "t1",
-                    sink,
-                    poll_interval_seconds=POLL,
-                    stop=anyio.Event(),
-                    client=client,
-                )
+                await follow_t1(client, sink)
     assert caught.value is error
     assert len(agent.reads) == 1
 
@@ -761,20 +681,12 @@ async def test_a_sink_that_raises_ends_following_with_its_exception() -> None:
 
 
 async def test_a_cancel_during_a_backoff_ends_following_at_once() -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
+    agent = agent_with_t1()
     agent.faults.append((503, "busy"))
     with anyio.fail_after(100):
         async with agent.client() as client:
             with anyio.move_on_after(3.0) as scope:
-                await follow_trajectory(
-                    ENDPOINT,
-                    "t1",
-                    RecordingSink(),
-                    poll_interval_seconds=POLL,
-                    stop=anyio.Event(),
-                    client=client,
-                )
+                await follow_t1(client)
             ended = anyio.current_time() - agent.reads[0].at
     assert scope.cancelled_caught
     assert ended == pytest.approx(3.0, abs=1e-6)
