@@ -15,9 +15,9 @@ import attrs
 import httpx
 
 import follower
-from follower import MemoryStore
+from follower import MemoryStore, following_live_trajectory
 
-from ..support.stored import stored_turn
+from ..support.stored import StoredTurn, stored_turn
 from .conftest import RunningAgent
 
 PREFIX = "steps/s1/"
@@ -141,6 +141,32 @@ class Agent:
         assert answer.status_code == 200, answer.text
         trajectory: list[Any] = answer.json()["trajectory"]
         return trajectory
+
+
+@attrs.frozen
+class FollowedTask:
+    """A task run to its end while a lone turn followed it: as the agent served it, as stored."""
+
+    task_id: str
+    state: str
+    """The state ``tasks/get`` reported it ended in."""
+    served: Served
+    stored: StoredTurn
+
+
+async def follow_task_to_its_end(agent: Agent, **script: Any) -> FollowedTask:
+    """Start a task (``script``: see afp_agent), follow it in turn-1 to its end, read it back."""
+    store = MemoryStore()
+    async with following_live_trajectory(
+        agent.endpoint, store, PREFIX, "turn-1", poll_interval_seconds=POLL
+    ) as turn:
+        task = await agent.send(**script)
+        turn.follow(task["id"])
+        state = await agent.wait_ended(task["id"])
+        turn.ended(state)
+    served = await agent.served(task["id"])
+    stored = await stored_turn(store, PREFIX, "turn-1")
+    return FollowedTask(task["id"], state, served, stored)
 
 
 class WatchedStore(MemoryStore):

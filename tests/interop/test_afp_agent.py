@@ -30,6 +30,7 @@ from .helpers import (
     TEST_SECONDS,
     Agent,
     WatchedStore,
+    follow_task_to_its_end,
     indexes,
 )
 
@@ -49,20 +50,11 @@ async def test_the_card_offers_the_live_cursor_read(afp_agent: RunningAgent) -> 
 
 async def test_a_task_is_stored_whole_and_in_order(afp_agent: RunningAgent) -> None:
     with anyio.fail_after(TEST_SECONDS):
-        async with httpx.AsyncClient() as http:
-            agent = await Agent.connect(http, afp_agent)
-            store = MemoryStore()
-            async with following_live_trajectory(
-                agent.endpoint, store, PREFIX, "turn-1", poll_interval_seconds=POLL
-            ) as turn:
-                task = await agent.send(events=20, interval=0.03)
-                turn.follow(task["id"])
-                state = await agent.wait_ended(task["id"])
-                turn.ended(state)
-            served = await agent.served(task["id"])
-            final = await agent.final(task["id"])
-            stored = await stored_turn(store, PREFIX, "turn-1")
-    assert state == "completed"
+        async with Agent.client(afp_agent) as agent:
+            followed = await follow_task_to_its_end(agent, events=20, interval=0.03)
+            final = await agent.final(followed.task_id)
+    served, stored = followed.served, followed.stored
+    assert followed.state == "completed"
     assert served.state == "completed"
     assert served.format == FORMAT
     assert indexes(served.events) == list(range(20))
@@ -78,17 +70,9 @@ async def test_every_event_is_read_while_the_task_runs(afp_agent: RunningAgent) 
     # reached it, so each event is stored as a chunk of its own before the next exists.
     events = 8
     with anyio.fail_after(TEST_SECONDS):
-        async with httpx.AsyncClient() as http:
-            agent = await Agent.connect(http, afp_agent)
-            store = MemoryStore()
-            async with following_live_trajectory(
-                agent.endpoint, store, PREFIX, "turn-1", poll_interval_seconds=POLL
-            ) as turn:
-                task = await agent.send(events=events, interval=0, lockstep=True)
-                turn.follow(task["id"])
-                turn.ended(await agent.wait_ended(task["id"]))
-            served = await agent.served(task["id"])
-            stored = await stored_turn(store, PREFIX, "turn-1")
+        async with Agent.client(afp_agent) as agent:
+            followed = await follow_task_to_its_end(agent, events=events, interval=0, lockstep=True)
+    served, stored = followed.served, followed.stored
     assert served.state == "completed", afp_agent.log_tail()
     assert stored.chunks == [(i, i + 1) for i in range(events)]
     assert stored.events == served.events
@@ -107,17 +91,11 @@ async def test_pages_the_agent_splits_are_stored_contiguously(
     afp_agent: RunningAgent, events: int, pad_bytes: int, most_per_page: int
 ) -> None:
     with anyio.fail_after(TEST_SECONDS):
-        async with httpx.AsyncClient() as http:
-            agent = await Agent.connect(http, afp_agent)
-            store = MemoryStore()
-            async with following_live_trajectory(
-                agent.endpoint, store, PREFIX, "turn-1", poll_interval_seconds=POLL
-            ) as turn:
-                task = await agent.send(events=events, interval=0, pad_bytes=pad_bytes)
-                turn.follow(task["id"])
-                turn.ended(await agent.wait_ended(task["id"]))
-            served = await agent.served(task["id"])
-            stored = await stored_turn(store, PREFIX, "turn-1")
+        async with Agent.client(afp_agent) as agent:
+            followed = await follow_task_to_its_end(
+                agent, events=events, interval=0, pad_bytes=pad_bytes
+            )
+    served, stored = followed.served, followed.stored
     assert len(served.events) == events
     assert indexes(stored.events) == indexes(served.events)
     assert stored.events == served.events
@@ -127,19 +105,10 @@ async def test_pages_the_agent_splits_are_stored_contiguously(
 
 async def test_a_failed_task_ends_failed(afp_agent: RunningAgent) -> None:
     with anyio.fail_after(TEST_SECONDS):
-        async with httpx.AsyncClient() as http:
-            agent = await Agent.connect(http, afp_agent)
-            store = MemoryStore()
-            async with following_live_trajectory(
-                agent.endpoint, store, PREFIX, "turn-1", poll_interval_seconds=POLL
-            ) as turn:
-                task = await agent.send(events=3, interval=0.02, fail=True)
-                turn.follow(task["id"])
-                state = await agent.wait_ended(task["id"])
-                turn.ended(state)
-            served = await agent.served(task["id"])
-            stored = await stored_turn(store, PREFIX, "turn-1")
-    assert state == "failed"
+        async with Agent.client(afp_agent) as agent:
+            followed = await follow_task_to_its_end(agent, events=3, interval=0.02, fail=True)
+    served, stored = followed.served, followed.stored
+    assert followed.state == "failed"
     assert served.state == "failed"
     assert stored.events == served.events
     assert stored.end == {"state": "failed", "next": 3}
