@@ -61,6 +61,13 @@ FAULTS = {
 }
 # oversized is a valid page padded past the cap the follower is given.
 MAX_PAGE_BYTES = 100_000
+# How every follower here reads and drains, the turn's own or the whole turn's.
+FOLLOWING: dict[str, Any] = {
+    "poll_interval_seconds": POLL,
+    "drain_seconds": DRAIN,
+    "read_timeout_seconds": READ_TIMEOUT,
+    "max_page_bytes": MAX_PAGE_BYTES,
+}
 
 
 @pytest.fixture(params=virtual_time_backends(), scope="module")
@@ -99,11 +106,8 @@ async def test_follower_under_fault(name: str) -> None:
                 store,
                 PREFIX,
                 "turn-1",
-                poll_interval_seconds=POLL,
-                drain_seconds=DRAIN,
                 client=client,
-                read_timeout_seconds=READ_TIMEOUT,
-                max_page_bytes=MAX_PAGE_BYTES,
+                **FOLLOWING,
             ) as turn:
                 turn.follow(task_id)
                 await anyio.sleep(SCRIPT.duration_seconds)
@@ -138,11 +142,8 @@ async def test_whole_turn_under_fault(name: str) -> None:
                         a2a.trajectory_endpoint,
                         store,
                         PREFIX,
-                        poll_interval_seconds=POLL,
-                        drain_seconds=DRAIN,
-                        read_timeout_seconds=READ_TIMEOUT,
-                        max_page_bytes=MAX_PAGE_BYTES,
                         client=client,
+                        **FOLLOWING,
                     ) as turns:
                         outcome = await run_a2a_turn(
                             a2a,

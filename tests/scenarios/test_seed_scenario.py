@@ -7,6 +7,7 @@ never ended in the first two cases and waited out the drain in the third.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -147,25 +148,20 @@ async def test_agent_that_never_answers(ending: str) -> None:
     with anyio.fail_after(20):
         async with bad_server("silent") as server:
             start = anyio.current_time()
+            step = functools.partial(
+                run_step,
+                server.url,
+                store,
+                counter,
+                lambda: server.wait_accepted(1),
+                ending,
+                drain_seconds=drain,
+            )
             if ending == "raises":
                 with pytest.raises(RuntimeError):
-                    await run_step(
-                        server.url,
-                        store,
-                        counter,
-                        lambda: server.wait_accepted(1),
-                        ending,
-                        drain_seconds=drain,
-                    )
+                    await step()
             else:
-                _, exit_delay = await run_step(
-                    server.url,
-                    store,
-                    counter,
-                    lambda: server.wait_accepted(1),
-                    ending,
-                    drain_seconds=drain,
-                )
+                _, exit_delay = await step()
                 if ending == "cancelled":
                     assert exit_delay < drain
                 else:
