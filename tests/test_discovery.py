@@ -269,13 +269,18 @@ OFF_ORIGIN = [
 ]
 
 
+def assert_no_endpoint_and_a_warning(endpoint: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A card naming ``endpoint`` offers no live read, and the follower logs why."""
+    with caplog.at_level(logging.WARNING, logger="follower"):
+        assert live_trajectory_endpoint(card(endpoint=endpoint), "http://a/agents/x") is None
+    assert warnings_logged(caplog)
+
+
 @pytest.mark.parametrize("endpoint", OFF_ORIGIN)
 def test_off_origin_endpoint_gives_none_and_a_warning(
     endpoint: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="follower"):
-        assert live_trajectory_endpoint(card(endpoint=endpoint), "http://a/agents/x") is None
-    assert warnings_logged(caplog)
+    assert_no_endpoint_and_a_warning(endpoint, caplog)
 
 
 @pytest.mark.parametrize(
@@ -290,9 +295,7 @@ def test_off_origin_endpoint_gives_none_and_a_warning(
 def test_non_ascii_control_or_space_in_endpoint_gives_none_and_a_warning(
     endpoint: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="follower"):
-        assert live_trajectory_endpoint(card(endpoint=endpoint), "http://a/agents/x") is None
-    assert warnings_logged(caplog)
+    assert_no_endpoint_and_a_warning(endpoint, caplog)
 
 
 @pytest.mark.parametrize(
