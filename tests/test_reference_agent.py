@@ -9,6 +9,8 @@ hypercorn on real sockets, on real time, under both backends.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -112,6 +114,36 @@ async def send_message(client: httpx.AsyncClient, url: str = BASE) -> dict[str, 
     answer = await rpc(client, "message/send", {"message": user_message()}, url)
     task: dict[str, Any] = answer["result"]
     return task
+
+
+@asynccontextmanager
+async def client_and_task(
+    agent: ReferenceAgent,
+) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, Any]]]:
+    """A client of ``agent`` for the block, and a task started on it with ``message/send``."""
+    async with agent.client() as client:
+        yield client, await send_message(client)
+
+
+async def follow_task(
+    client: httpx.AsyncClient,
+    task_id: str,
+    sink: Any,
+    *,
+    stop: anyio.Event | None = None,
+    poll_interval_seconds: float = 1.0,
+    **options: Any,
+) -> None:
+    """``follow_trajectory`` of ``task_id`` at the agent's cursor read, until it ends."""
+    await follow_trajectory(
+        ENDPOINT,
+        task_id,
+        sink,
+        poll_interval_seconds=poll_interval_seconds,
+        stop=anyio.Event() if stop is None else stop,
+        client=client,
+        **options,
+    )
 
 
 async def get_task(client: httpx.AsyncClient, task_id: str, url: str = BASE) -> dict[str, Any]:
@@ -219,8 +251,7 @@ async def test_task_answers_at_once_then_runs_to_its_outcome() -> None:
 async def test_completed_task_carries_an_artifact() -> None:
     agent = ReferenceAgent(script=TaskScript(events=2, interval_seconds=0.0))
     with anyio.fail_after(10):
-        async with agent.client() as client:
-            task = await send_message(client)
+        async with client_and_task(agent) as (client, task):
             done = await get_task(client, task["id"])
     assert done["status"]["state"] == "completed"
     assert done["artifacts"][0]["parts"] == [{"kind": "text", "text": "2 events"}]
@@ -269,8 +300,7 @@ async def test_json_rpc_errors(body: Any, code: int) -> None:
 async def test_a_message_naming_a_running_task_joins_it() -> None:
     agent = ReferenceAgent(script=TaskScript(events=3, interval_seconds=1.0))
     with anyio.fail_after(60):
-        async with agent.client() as client:
-            task = await send_message(client)
+        async with client_and_task(agent) as (client, task):
             more = {**user_message("more"), "messageId": "m-2", "taskId": task["id"]}
             joined = (await rpc(client, "message/send", {"message": more}))["result"]
             unknown = {**more, "taskId": "nope"}
@@ -312,8 +342,7 @@ async def test_cancel_seals_the_log() -> None:
 async def test_finished_task_is_not_cancelable() -> None:
     agent = ReferenceAgent(script=TaskScript(events=1, interval_seconds=1.0))
     with anyio.fail_after(60):
-        async with agent.client() as client:
-            task = await send_message(client)
+        async with client_and_task(agent) as (client, task):
             await wait_for_task(client, task["id"])
             answer = await rpc(client, "tasks/cancel", {"id": task["id"]})
     assert answer["error"]["code"] == -32002
@@ -326,8 +355,7 @@ async def test_every_event_read_once_in_order_by_cursor() -> None:
     script = TaskScript(events=12, interval_seconds=0.4, start_delay_seconds=1.0, format="x/v2")
     agent = ReferenceAgent(script=script)
     with anyio.fail_after(60):
-        async with agent.client() as client:
-            task = await send_message(client)
+        async with client_and_task(agent) as (client, task):
             first = await read_page(client, ENDPOINT, task["id"], 0)
             events = await read_to_end(client, task["id"])
             last = await read_page(client, ENDPOINT, task["id"], len(events))
@@ -351,9 +379,7 @@ async def test_follow_trajectory_stores_every_event() -> None:
         async with agent.client() as client, anyio.create_task_group() as tg:
             task = await send_message(client)
             tg.start_soon(
-                lambda: follow_trajectory(
-                    ENDPOINT, task["id"], sink, poll_interval_seconds=0.5, stop=stop, client=client
-                )
+                lambda: follow_task(client, task["id"], sink, stop=stop, poll_interval_seconds=0.5)
             )
             await wait_for_task(client, task["id"])
             stop.set()
@@ -419,8 +445,7 @@ async def test_a_cancelled_step_cancels_the_agents_task() -> None:
 async def test_a_read_holds_at_most_1000_events() -> None:
     agent = ReferenceAgent(script=TaskScript(events=2500, interval_seconds=0.0))
     with anyio.fail_after(10):
-        async with agent.client() as client:
-            task = await send_message(client)
+        async with client_and_task(agent) as (client, task):
             pages: list[Page] = []
             after = 0
             while not pages or pages[-1].has_more:
@@ -439,8 +464,7 @@ async def test_a_read_holds_at_most_1000_events() -> None:
 async def test_a_read_holds_about_4_mib() -> None:
     agent = ReferenceAgent(script=TaskScript(events=7, interval_seconds=0.0, event_bytes=MIB))
     with anyio.fail_after(10):
-        async with agent.client() as client:
-            task = await send_message(client)
+        async with client_and_task(agent) as (client, task):
             answer = await post_read(client, {"task_id": task["id"], "after": 0})
             events = await read_to_end(client, task["id"])
     page = answer.json()
@@ -453,8 +477,7 @@ async def test_a_read_holds_about_4_mib() -> None:
 async def test_a_read_holds_the_first_event_however_large() -> None:
     agent = ReferenceAgent(script=TaskScript(events=2, interval_seconds=0.0, event_bytes=5 * MIB))
     with anyio.fail_after(10):
-        async with agent.client() as client:
-            task = await send_message(client)
+        async with client_and_task(agent) as (client, task):
             first = await read_page(client, ENDPOINT, task["id"], 0)
             second = await read_page(client, ENDPOINT, task["id"], 1)
     assert (len(first.events), first.has_more) == (1, True)
@@ -479,8 +502,7 @@ async def test_a_read_holds_the_first_event_however_large() -> None:
 async def test_bad_reads_answer_400(body: Any) -> None:
     agent = ReferenceAgent(script=TaskScript(events=3, interval_seconds=0.0))
     with anyio.fail_after(10):
-        async with agent.client() as client:
-            task = await send_message(client)
+        async with client_and_task(agent) as (client, task):
             if isinstance(body, dict) and body.get("task_id") == "T":
                 body = {**body, "task_id": task["id"]}
             answer = await post_read(client, body)
@@ -491,8 +513,7 @@ async def test_bad_reads_answer_400(body: Any) -> None:
 async def test_read_past_the_end_is_refused() -> None:
     agent = ReferenceAgent(script=TaskScript(events=3, interval_seconds=0.0))
     with anyio.fail_after(10):
-        async with agent.client() as client:
-            task = await send_message(client)
+        async with client_and_task(agent) as (client, task):
             with pytest.raises(AgentRefusedError) as refused:
                 await read_page(client, ENDPOINT, task["id"], 4)
     assert refused.value.status_code == 400
@@ -523,8 +544,7 @@ async def test_other_methods_answer_405(method: str) -> None:
 async def test_close_drops_every_connection_until_cleared() -> None:
     agent = ReferenceAgent(script=TaskScript(events=3, interval_seconds=0.0))
     with anyio.fail_after(10):
-        async with agent.client() as client:
-            task = await send_message(client)
+        async with client_and_task(agent) as (client, task):
             agent.fault = Fault.close()
             with pytest.raises(AgentUnavailableError) as failed:
                 await read_page(client, ENDPOINT, task["id"], 0)
@@ -543,8 +563,7 @@ async def test_close_drops_every_connection_until_cleared() -> None:
 async def test_silent_never_answers() -> None:
     agent = ReferenceAgent(script=TaskScript(events=3, interval_seconds=0.0))
     with anyio.fail_after(60):
-        async with agent.client() as client:
-            task = await send_message(client)
+        async with client_and_task(agent) as (client, task):
             agent.fault = Fault.silent()
             started = anyio.current_time()
             with pytest.raises(AgentUnavailableError, match="took over"):
@@ -559,8 +578,7 @@ async def test_silent_never_answers() -> None:
 async def test_unavailable_for_some_reads_then_healthy() -> None:
     agent = ReferenceAgent(script=TaskScript(events=3, interval_seconds=0.0))
     with anyio.fail_after(10):
-        async with agent.client() as client:
-            task = await send_message(client)
+        async with client_and_task(agent) as (client, task):
             agent.fault = Fault.unavailable(reads=2, status=502)
             for _ in range(2):
                 with pytest.raises(AgentUnavailableError, match="502"):
@@ -575,19 +593,11 @@ async def test_unavailable_for_a_while_is_outwaited_by_the_follower() -> None:
     store = MemoryStore()
     sink = LiveTrajectoryChunks(store, "steps/s1/", "turn-1")
     with anyio.fail_after(600):
-        async with agent.client() as client:
-            task = await send_message(client)
+        async with client_and_task(agent) as (client, task):
             started = anyio.current_time()
             with pytest.raises(AgentUnavailableError):
                 await read_page(client, ENDPOINT, task["id"], 0)
-            await follow_trajectory(
-                ENDPOINT,
-                task["id"],
-                sink,
-                poll_interval_seconds=1.0,
-                stop=anyio.Event(),
-                client=client,
-            )
+            await follow_task(client, task["id"], sink)
     assert anyio.current_time() - started >= 12.0
     assert indexes(await stored_events(store)) == list(range(20))
 
@@ -614,20 +624,11 @@ async def test_malformed_pages(fault: Fault, error: type[MalformedPageError]) ->
         batches.append(batch)
 
     with anyio.fail_after(60):
-        async with agent.client() as client:
-            task = await send_message(client)
+        async with client_and_task(agent) as (client, task):
             with pytest.raises(error):
                 await read_page(client, ENDPOINT, task["id"], 0, max_page_bytes=10_000)
             with pytest.raises(error):
-                await follow_trajectory(
-                    ENDPOINT,
-                    task["id"],
-                    sink,
-                    poll_interval_seconds=1.0,
-                    stop=anyio.Event(),
-                    client=client,
-                    max_page_bytes=10_000,
-                )
+                await follow_task(client, task["id"], sink, max_page_bytes=10_000)
             agent.fault = None
             healthy = await read_page(client, ENDPOINT, task["id"], 0, max_page_bytes=10_000)
     assert batches == []
@@ -640,8 +641,7 @@ async def test_oversized_page_is_otherwise_valid() -> None:
         script=TaskScript(events=3, interval_seconds=0.0), fault=Fault.oversized(size_bytes=50_000)
     )
     with anyio.fail_after(10):
-        async with agent.client() as client:
-            task = await send_message(client)
+        async with client_and_task(agent) as (client, task):
             answer = await post_read(client, {"task_id": task["id"], "after": 0})
             page = await read_page(client, ENDPOINT, task["id"], 0)
     assert len(answer.content) == 50_000
@@ -659,9 +659,7 @@ async def test_gone_mid_turn_ends_following_after_stop() -> None:
             sent_at = anyio.current_time()
             task = await send_message(client)
             tg.start_soon(
-                lambda: follow_trajectory(
-                    ENDPOINT, task["id"], sink, poll_interval_seconds=0.5, stop=stop, client=client
-                )
+                lambda: follow_task(client, task["id"], sink, stop=stop, poll_interval_seconds=0.5)
             )
             # At 3 s the agent goes; at 4 s the follower is in its backoff after a failed read.
             await anyio.sleep_until(sent_at + 4.0)
@@ -684,14 +682,7 @@ async def test_restart_forgets_every_task() -> None:
             with pytest.raises(TaskNotFoundError):
                 await read_page(client, ENDPOINT, old["id"], 0)
             lookup = await rpc(client, "tasks/get", {"id": old["id"]})
-            await follow_trajectory(  # a 404 ends following quietly
-                ENDPOINT,
-                old["id"],
-                _discard,
-                poll_interval_seconds=1.0,
-                stop=anyio.Event(),
-                client=client,
-            )
+            await follow_task(client, old["id"], _discard)  # a 404 ends following quietly
             new = await send_message(client)
             events = await read_to_end(client, new["id"])
     assert lookup["error"]["code"] == -32001
@@ -705,8 +696,7 @@ async def _discard(batch: TrajectoryBatch) -> None:
 async def test_slow_reads_take_their_time() -> None:
     agent = ReferenceAgent(script=TaskScript(events=3, interval_seconds=0.0), fault=Fault.slow(4.0))
     with anyio.fail_after(60):
-        async with agent.client() as client:
-            task = await send_message(client)
+        async with client_and_task(agent) as (client, task):
             with pytest.raises(AgentUnavailableError):
                 await read_page(client, ENDPOINT, task["id"], 0, read_timeout_seconds=1.0)
             started = anyio.current_time()
@@ -726,13 +716,8 @@ async def test_wait_reads_orders_on_what_the_agent_saw() -> None:
         async with agent.client() as client, anyio.create_task_group() as tg:
             task = await send_message(client)
             tg.start_soon(
-                lambda: follow_trajectory(
-                    ENDPOINT,
-                    task["id"],
-                    _ignore,
-                    poll_interval_seconds=2.0,
-                    stop=stop,
-                    client=client,
+                lambda: follow_task(
+                    client, task["id"], _ignore, stop=stop, poll_interval_seconds=2.0
                 )
             )
             await agent.wait_reads(3)
