@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+# The shared fakes and the stored-layout oracle assert in plain functions; rewriting
+# them shows the values a failed check compared, as in a test module.
+pytest.register_assert_rewrite("tests.support")
+
 
 @pytest.fixture(params=["asyncio", "trio"], scope="module")
 def anyio_backend(request: pytest.FixtureRequest) -> str:
