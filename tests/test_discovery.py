@@ -29,7 +29,7 @@ def card(
     method: Any = "POST",
     method_endpoint: str | None = None,
 ) -> dict[str, Any]:
-    """An agent card with the trajectory extension, as in DESIGN section 1."""
+    """An agent card with the trajectory extension, as in docs/protocol.md, "The agent card"."""
     get = {"method": method, "request": schema}
     if method_endpoint is not None:
         get["endpoint"] = method_endpoint

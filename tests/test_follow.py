@@ -1,4 +1,6 @@
-"""``follow_trajectory`` against the scripted agent, row by row of DESIGN §2's table.
+"""``follow_trajectory`` against the scripted agent, row by row of the table of reads.
+
+The table is in docs/protocol.md, "Following one task".
 
 Every test runs on virtual time, so the timings asserted are exact: the agent
 stamps each read with the virtual clock (``agent.reads[i].at``). Steps are
@@ -41,8 +43,9 @@ from .support.virtual_time import virtual_time_backends
 pytestmark = pytest.mark.anyio
 
 POLL = 2.0
-# DESIGN §2: after stop, a page not last is read again after 0.2 s (or the poll
-# interval if shorter); a failed read before stop after poll + 5 s x failures.
+# docs/protocol.md ("Following one task"): after stop, a page not last is read again
+# after 0.2 s (or the poll interval if shorter); a failed read before stop after
+# poll + 5 s x failures.
 AFTER_STOP_PAUSE = 0.2
 FMT = "test/v1"
 RUNNING = TrajectoryState.RUNNING

@@ -1,10 +1,12 @@
 """One cursor read over HTTP (``read_page``) and the clients followers share (``ClientPool``).
 
-Every way a read can fail must leave ``read_page`` typed (DESIGN §1, §2): a
-404, another 4xx, a 5xx or a transport failure, a malformed or oversized page.
+Every way a read can fail must leave ``read_page`` typed (docs/protocol.md, "The
+cursor read" and "Following one task"): a 404, another 4xx, a 5xx or a transport
+failure, a malformed or oversized page.
 Our own pool being full is the one exception: it is ``PoolBusyError``, which is
-not the agent's fault and so not an ``AgentError``. The pool tests check DESIGN §4:
-bounded shards, one SSL context, clients closed with their last follower.
+not the agent's fault and so not an ``AgentError``. The pool tests check
+docs/design.md ("Shared, sharded clients"): bounded shards, one SSL context,
+clients closed with their last follower.
 
 Reads run against in-memory fakes (``httpx.MockTransport`` or the scripted
 agent); the timing tests run on virtual time, the pool tests (which load the SSL

@@ -1,4 +1,4 @@
-"""The key rules (DESIGN §3, "Keys") and the stored layout's names and bodies.
+"""The key rules (docs/protocol.md, "Keys") and the stored layout's names and bodies.
 
 Keys are segments separated by ``/``: no empty, ``.`` or ``..`` segment, no
 leading ``/``, no backslash, no control character. A prefix is empty or a key
@@ -105,7 +105,7 @@ def refuses(check: Any, text: str) -> bool:
 
 
 def test_c1_control_characters_are_refused() -> None:
-    # DESIGN §3 forbids "control characters": Unicode's control characters
+    # docs/protocol.md ("Keys") forbids "control characters": Unicode's control characters
     # (category Cc) are U+0000-U+001F, U+007F *and* U+0080-U+009F (NEL, CSI...).
     c1 = [chr(code) for code in range(0x80, 0xA0)]
     assert all(unicodedata.category(char) == "Cc" for char in c1)

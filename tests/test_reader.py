@@ -1,4 +1,4 @@
-"""Reading a step's stored live trajectory back (DESIGN §3, "A reader").
+"""Reading a step's stored live trajectory back (docs/protocol.md, "Reading a step back").
 
 The reader lists a turn's chunks in order, yields their events, polls until
 ``end.json``, then follows ``next.json`` to the next turn until ``{"turn": null}``.

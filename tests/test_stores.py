@@ -1,4 +1,6 @@
-"""The write-once stores (DESIGN §4 `ObjectStore`, `FilesystemStore`, `MemoryStore`).
+"""The write-once stores: `ObjectStore`, `FilesystemStore`, `MemoryStore`.
+
+As docs/design.md, "Stores: write-once", describes them.
 
 Every store: put/get/list round-trip, sorted prefix listings, write-once with
 exactly one winner among racing writers, typed errors for missing objects and bad

@@ -1,4 +1,7 @@
-"""A step's turns against the scripted agent, on virtual time (DESIGN §3)."""
+"""A step's turns against the scripted agent, on virtual time.
+
+As docs/protocol.md, "A step's turns", describes them.
+"""
 
 from __future__ import annotations
 

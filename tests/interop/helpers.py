@@ -25,7 +25,7 @@ FORMAT = "interop-events/1"  # what afp_agent.py names its events' format
 POLL = 0.1
 TEST_SECONDS = 20.0
 TERMINAL = frozenset({"completed", "canceled", "failed", "rejected"})
-MAX_PAGE_EVENTS = 1000  # the framework's page limits (and DESIGN §1's)
+MAX_PAGE_EVENTS = 1000  # the framework's page limits (and the cursor read's, docs/protocol.md)
 MAX_PAGE_BYTES = 4 * 1024 * 1024
 
 

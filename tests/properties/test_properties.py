@@ -84,7 +84,8 @@ KNOWN = {
     # Found by the stress profile (trio) and the stateful test: the step is
     # cancelled after its turn's drain, while the turn's task group exits (here
     # held 5 s by a link write that hangs). The cancel comes out of the block,
-    # so the end mark must say "canceled" (DESIGN §3); it used to say "failed".
+    # so the end mark must say "canceled" (docs/protocol.md, "A step's turns"); it used
+    # to say "failed".
     "a cancel while the turn's task group exits": StepScript(
         turns=(
             TurnScript(
