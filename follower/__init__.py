@@ -36,6 +36,7 @@ from ._errors import UnknownStateError as UnknownStateError
 from ._errors import UsageError as UsageError
 from ._follow import FollowOutcome as FollowOutcome
 from ._follow import follow_trajectory as follow_trajectory
+from ._public import name_as_public as _name_as_public
 from ._reader import StoredEvent as StoredEvent
 from ._reader import read_live_trajectory as read_live_trajectory
 from ._step import LiveTurns as LiveTurns
@@ -97,9 +98,4 @@ __all__ = [
     "run_a2a_turn",
 ]
 
-# Name the public path, not the private module, in reprs, tracebacks and docs.
-for _name in __all__:
-    _value = globals()[_name]
-    if getattr(_value, "__module__", "").startswith(__name__ + "._"):
-        _value.__module__ = __name__
-del _name, _value
+_name_as_public(__name__, globals(), __all__)

@@ -9,6 +9,7 @@ hypercorn). A :class:`Fault` makes it misbehave the ways real agents do;
 :func:`parse_fault` reads one from its text form.
 """
 
+from .._public import name_as_public as _name_as_public
 from ._agent import AgentStatistics as AgentStatistics
 from ._agent import ReferenceAgent as ReferenceAgent
 from ._fault_text import FAULT_NAMES as FAULT_NAMES
@@ -29,9 +30,4 @@ __all__ = [
     "serve_agent",
 ]
 
-# Name the public path, not the private module, in reprs, tracebacks and pickles.
-for _name in __all__:
-    _value = globals()[_name]
-    if getattr(_value, "__module__", "").startswith(__name__ + "."):
-        _value.__module__ = __name__
-del _name, _value
+_name_as_public(__name__, globals(), __all__)
