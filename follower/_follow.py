@@ -220,9 +220,13 @@ class _Follower:
                 max_page_bytes=self.options.max_page_bytes,
             )
         except AgentUnavailableError as exc:
-            if self.stop.is_set():
+            if self._gone_after_stop():
                 raise FollowingEnded(f"task {self.task_id}: read failed after stop") from exc
             raise
+
+    def _gone_after_stop(self) -> bool:
+        """After stop the turn has ended, so an agent that fails to answer is gone."""
+        return self.stop.is_set()
 
     def _handed_over(self, page: Page) -> None:
         # Recorded as soon as the sink returns, before any checkpoint: an owner that

@@ -12,16 +12,14 @@ import contextlib
 from types import TracebackType
 
 import anyio
-import httpx
 
 import follower._follow
 import follower._turns
 from follower._chunks import LiveTrajectoryChunks
-from follower._exchange import read_page
 from follower._follow import AFTER_STOP_PAUSE_SECONDS, _Follower
 from follower._layout import JSON, EndMark
 from follower._turns import _TurnBlock
-from follower._wire import Page, TrajectoryBatch
+from follower._wire import TrajectoryBatch
 
 from .run import Variant
 
@@ -98,15 +96,8 @@ WAIT_FOR = Variant(
 class RetryingFollower(_Follower):
     """After stop, retries a failed read every 0.2 s, as the old follower did: no sentinel."""
 
-    async def _read(self, client: httpx.AsyncClient, cursor: int) -> Page:
-        return await read_page(
-            client,
-            self.endpoint,
-            self.task_id,
-            cursor,
-            read_timeout_seconds=self.options.read_timeout_seconds,
-            max_page_bytes=self.options.max_page_bytes,
-        )
+    def _gone_after_stop(self) -> bool:
+        return False
 
     async def _wait_or_stop(self, seconds: float) -> None:
         if self.stop.is_set():
