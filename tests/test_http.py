@@ -196,52 +196,57 @@ async def test_200_page_that_has_more_and_a_last_page() -> None:
 # --- error statuses ------------------------------------------------------------------
 
 
+async def failed_read(
+    client: httpx.AsyncClient, error: type[Exception], after: int = 0, **options: Any
+) -> Any:
+    """What a read of task t1 from ``after`` raises; the test fails unless it is ``error``."""
+    with anyio.fail_after(10):
+        async with client:
+            with pytest.raises(error) as caught:
+                await read_page(client, ENDPOINT, "t1", after, **options)
+    return caught.value
+
+
+def answering_once(status: int, text: str) -> ScriptedAgent:
+    """An agent whose task t1 is read once, answered with ``status`` and ``text``."""
+    agent = ScriptedAgent()
+    agent.add_task("t1")
+    agent.faults.append((status, text))
+    return agent
+
+
 async def test_404_is_task_not_found() -> None:
     agent = ScriptedAgent()  # knows no task
-    with anyio.fail_after(10):
-        async with agent.client() as client:
-            with pytest.raises(TaskNotFoundError, match="'t1'") as caught:
-                await read_page(client, ENDPOINT, "t1", 0)
-    assert isinstance(caught.value, AgentError)
-    assert isinstance(caught.value, FollowerError)
+    error = await failed_read(agent.client(), TaskNotFoundError)
+    assert "'t1'" in str(error)
+    assert isinstance(error, AgentError)
+    assert isinstance(error, FollowerError)
     assert [r.answered for r in agent.reads] == [404]
 
 
 @pytest.mark.parametrize("status", [400, 405, 409])
 async def test_other_4xx_is_refused_with_its_status(status: int) -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
-    agent.faults.append((status, "you may not\nsecond line"))
-    with anyio.fail_after(10):
-        async with agent.client() as client:
-            with pytest.raises(AgentRefusedError) as caught:
-                await read_page(client, ENDPOINT, "t1", 0)
-    assert caught.value.status_code == status
-    assert "you may not" in str(caught.value)
-    assert not isinstance(caught.value, TaskNotFoundError)
-    assert isinstance(caught.value, AgentError)
+    agent = answering_once(status, "you may not\nsecond line")
+    error = await failed_read(agent.client(), AgentRefusedError)
+    assert error.status_code == status
+    assert "you may not" in str(error)
+    assert not isinstance(error, TaskNotFoundError)
+    assert isinstance(error, AgentError)
 
 
 async def test_cursor_past_the_end_is_refused_by_the_agent() -> None:
     agent = ScriptedAgent()
     agent.add_task("t1")
     agent.publish("t1", "a")
-    with anyio.fail_after(10):
-        async with agent.client() as client:
-            with pytest.raises(AgentRefusedError) as caught:
-                await read_page(client, ENDPOINT, "t1", 5)
-    assert caught.value.status_code == 400
+    error = await failed_read(agent.client(), AgentRefusedError, after=5)
+    assert error.status_code == 400
 
 
 @pytest.mark.parametrize("status", [500, 502, 503])
 async def test_5xx_is_unavailable(status: int) -> None:
-    agent = ScriptedAgent()
-    agent.add_task("t1")
-    agent.faults.append((status, "overloaded"))
-    with anyio.fail_after(10):
-        async with agent.client() as client:
-            with pytest.raises(AgentUnavailableError, match=str(status)):
-                await read_page(client, ENDPOINT, "t1", 0)
+    agent = answering_once(status, "overloaded")
+    error = await failed_read(agent.client(), AgentUnavailableError)
+    assert str(status) in str(error)
 
 
 @HALF_READ_BODY
@@ -252,10 +257,8 @@ async def test_error_body_is_read_only_up_to_a_small_cap() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(502, stream=stream)
 
-    with anyio.fail_after(10):
-        async with mock_client(handler) as client:
-            with pytest.raises(AgentUnavailableError, match="bad gateway"):
-                await read_page(client, ENDPOINT, "t1", 0)
+    error = await failed_read(mock_client(handler), AgentUnavailableError)
+    assert "bad gateway" in str(error)
     assert stream.yielded <= 66
     assert stream.closed
 
@@ -280,11 +283,8 @@ async def test_transport_failure_is_unavailable(error: httpx.TransportError) -> 
     def handler(request: httpx.Request) -> httpx.Response:
         raise error
 
-    with anyio.fail_after(10):
-        async with mock_client(handler) as client:
-            with pytest.raises(AgentUnavailableError) as caught:
-                await read_page(client, ENDPOINT, "t1", 0)
-    assert caught.value.__cause__ is error
+    raised = await failed_read(mock_client(handler), AgentUnavailableError)
+    assert raised.__cause__ is error
 
 
 async def test_pool_timeout_is_pool_busy_not_an_agent_error() -> None:
@@ -293,13 +293,10 @@ async def test_pool_timeout_is_pool_busy_not_an_agent_error() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         raise error
 
-    with anyio.fail_after(10):
-        async with mock_client(handler) as client:
-            with pytest.raises(PoolBusyError) as caught:
-                await read_page(client, ENDPOINT, "t1", 0)
-    assert not isinstance(caught.value, AgentError)
-    assert isinstance(caught.value, FollowerError)
-    assert caught.value.__cause__ is error
+    raised = await failed_read(mock_client(handler), PoolBusyError)
+    assert not isinstance(raised, AgentError)
+    assert isinstance(raised, FollowerError)
+    assert raised.__cause__ is error
 
 
 @HALF_READ_BODY
@@ -312,10 +309,7 @@ async def test_undecodable_body_is_an_agent_error() -> None:
             200, headers={"content-encoding": "gzip"}, stream=ChunkStream([b"not gzip"])
         )
 
-    with anyio.fail_after(10):
-        async with mock_client(handler) as client:
-            with pytest.raises(AgentError):
-                await read_page(client, ENDPOINT, "t1", 0)
+    await failed_read(mock_client(handler), AgentError)
 
 
 # --- the size cap ----------------------------------------------------------------------
@@ -345,11 +339,8 @@ async def test_streamed_body_over_the_cap_is_refused_when_it_passes_it() -> None
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, stream=stream)
 
-    with anyio.fail_after(10):
-        async with mock_client(handler) as client:
-            with pytest.raises(PageTooLargeError) as caught:
-                await read_page(client, ENDPOINT, "t1", 0, max_page_bytes=2000)
-    assert isinstance(caught.value, MalformedPageError)
+    error = await failed_read(mock_client(handler), PageTooLargeError, max_page_bytes=2000)
+    assert isinstance(error, MalformedPageError)
     # 2000 bytes is passed inside the 4th chunk of 512: no chunk after it was read.
     assert stream.yielded == 4 < len(chunks)
     assert stream.closed
@@ -469,11 +460,8 @@ async def test_malformed_page_raises_its_typed_error(
             return httpx.Response(200, content=body)
         return httpx.Response(200, json=body)
 
-    with anyio.fail_after(10):
-        async with mock_client(handler) as client:
-            with pytest.raises(error) as caught:
-                await read_page(client, ENDPOINT, "t1", 0)
-    assert isinstance(caught.value, MalformedPageError)
+    raised = await failed_read(mock_client(handler), error)
+    assert isinstance(raised, MalformedPageError)
 
 
 # --- the read timeout ------------------------------------------------------------------

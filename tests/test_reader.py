@@ -533,22 +533,27 @@ async def test_an_unreadable_end_mark_is_corrupt(body: bytes) -> None:
         await read_until_error(store, "t1", CorruptObjectError)
 
 
-async def test_an_end_mark_claiming_more_events_than_stored_is_corrupt() -> None:
+@pytest.mark.parametrize(
+    "objects",
+    [
+        pytest.param(
+            {"end.json": b'{"state":"completed","next":5}', "next.json": b'{"turn":null}'},
+            id="more-than-stored",
+        ),
+        pytest.param(
+            {"00000003-00000004.jsonl": b'"d"\n', "end.json": b'{"state":"completed","next":4}'},
+            id="past-a-gap",
+        ),
+    ],
+)
+async def test_an_end_mark_counting_events_that_are_not_stored_is_corrupt(
+    objects: dict[str, bytes],
+) -> None:
     with anyio.fail_after(10):
         store = MemoryStore()
         await put(store, live("t1", "00000000-00000002.jsonl"), b'"a"\n"b"\n')
-        await put(store, live("t1", "end.json"), b'{"state":"completed","next":5}')
-        await put(store, live("t1", "next.json"), b'{"turn":null}')
-        got = await read_until_error(store, "t1", CorruptObjectError)
-        assert got == expected("t1", ["a", "b"])
-
-
-async def test_an_end_mark_past_a_gap_in_the_chunks_is_corrupt() -> None:
-    with anyio.fail_after(10):
-        store = MemoryStore()
-        await put(store, live("t1", "00000000-00000002.jsonl"), b'"a"\n"b"\n')
-        await put(store, live("t1", "00000003-00000004.jsonl"), b'"d"\n')
-        await put(store, live("t1", "end.json"), b'{"state":"completed","next":4}')
+        for name, body in objects.items():
+            await put(store, live("t1", name), body)
         got = await read_until_error(store, "t1", CorruptObjectError)
         assert got == expected("t1", ["a", "b"])
 
