@@ -108,8 +108,9 @@ def read_linked_turns(step: Path, first_turn: str, *, first: bool = True) -> lis
     """The step's turns from ``first_turn`` on, by their ``next.json`` links, checked whole.
 
     Every turn reached is ended (its end mark counts at most its stored events:
-    a put abandoned at a cancel may land after it) and linked (``next.json`` names the next turn, null after the last); when
-    ``first_turn`` is the step's first, no turn folder is left out of the chain.
+    a put abandoned at a cancel may land after it) and linked (``next.json``
+    names the next turn, null after the last); when ``first_turn`` is the
+    step's first, no turn folder is left out of the chain.
     """
     turns: list[StoredTurn] = []
     current: str | None = first_turn
