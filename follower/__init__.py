@@ -31,6 +31,8 @@ from ._errors import StoreError as StoreError
 from ._errors import TaskMismatchError as TaskMismatchError
 from ._errors import TaskNotFoundError as TaskNotFoundError
 from ._errors import TaskTimeoutError as TaskTimeoutError
+from ._errors import TurnConflictError as TurnConflictError
+from ._errors import TurnExistsError as TurnExistsError
 from ._errors import TurnStateError as TurnStateError
 from ._errors import UnknownStateError as UnknownStateError
 from ._errors import UsageError as UsageError
@@ -38,6 +40,7 @@ from ._follow import FollowOutcome as FollowOutcome
 from ._follow import follow_trajectory as follow_trajectory
 from ._public import name_as_public as _name_as_public
 from ._reader import StoredEvent as StoredEvent
+from ._reader import TurnEnd as TurnEnd
 from ._reader import read_live_trajectory as read_live_trajectory
 from ._step import LiveTurns as LiveTurns
 from ._stores import FilesystemStore as FilesystemStore
@@ -87,6 +90,9 @@ __all__ = [
     "TaskTimeoutError",
     "TrajectoryBatch",
     "TrajectoryState",
+    "TurnConflictError",
+    "TurnExistsError",
+    "TurnEnd",
     "TurnStateError",
     "UnknownStateError",
     "UsageError",

@@ -59,9 +59,13 @@ class LiveTrajectoryChunks:
         if batch.last:
             self.final_state = batch.state
 
-    async def end(self, state: TrajectoryState) -> None:
-        """Write the end mark: the turn's state and how many events are stored."""
-        await self._put(self._keys.end, EndMark(state, self.stored_next).encode(), JSON)
+    async def end(self, state: TrajectoryState, complete: bool = False) -> None:
+        """Write the end mark: the turn's state, how many events are stored, and if all are.
+
+        ``complete``: the terminal page was stored, so every event of the task is.
+        """
+        mark = EndMark(state, self.stored_next, complete)
+        await self._put(self._keys.end, mark.encode(), JSON)
         self._ended = True
 
     async def _store_format(self, fmt: str) -> None:

@@ -27,7 +27,9 @@
     ├── UsageError                   the caller used the library wrongly
     │   ├── InvalidArgumentError     an option out of its range (a negative interval...)
     │   ├── InvalidKeyError          a key or prefix breaks the key rules
-    │   └── TurnStateError           follow() twice, or after the block ended
+    │   ├── TurnStateError           follow() twice, or after the block ended
+    │   └── TurnExistsError          the turn is stored already, and resume was not asked
+    │       └── TurnConflictError        ... and it is another task's turn
     └── ReaderIdleError              a reader saw no new object for too long
 
 ``PoolBusyError`` is ours, not the agent's: it never counts as a failed read,
@@ -172,6 +174,18 @@ class InvalidKeyError(UsageError, ValueError):
 
 class TurnStateError(UsageError, RuntimeError):
     """``follow()`` was called twice in one turn, or after the turn's block ended."""
+
+
+class TurnExistsError(UsageError):
+    """The store already holds this turn: entering it would mix two runs.
+
+    Pass ``resume=True`` to continue the stored turn of the same task, or use
+    another prefix or turn id. Nothing stored was touched.
+    """
+
+
+class TurnConflictError(TurnExistsError):
+    """A resumed turn is stored for another task (or for no task it can name)."""
 
 
 # --- readers ------------------------------------------------------------------------

@@ -2,11 +2,12 @@
 
 Under ``<prefix_key><turn_id>/live/`` (docs/protocol.md, "The stored layout"):
 
-| object                           | content                                        |
-| ``<after:08d>-<next:08d>.jsonl`` | one page's events, compact JSON, one per line  |
-| ``meta.json``                    | ``{"format": ...}`` once a page names a format |
-| ``end.json``                     | ``{"state": ..., "next": <events stored>}``    |
-| ``next.json``                    | ``{"turn": <next turn id or null>}``           |
+| object                           | content                                              |
+| ``task.json``                    | ``{"task_id", "endpoint", "started_at"}``, first     |
+| ``<after:08d>-<next:08d>.jsonl`` | one page's events, compact JSON, one per line        |
+| ``meta.json``                    | ``{"format": ...}`` once a page names a format       |
+| ``end.json``                     | ``{"state", "next": <at least stored>, "complete"}`` |
+| ``next.json``                    | ``{"turn": <next turn id or null>}``                 |
 
 This module owns every name, content type, encoder and decoder of that layout;
 the sink, the turns, the reader and the demo all go through it.
@@ -26,6 +27,7 @@ from ._wire import TrajectoryState
 
 JSON = "application/json"
 JSONL = "application/jsonl"
+TASK = "task.json"
 META = "meta.json"
 END = "end.json"
 NEXT = "next.json"
@@ -53,6 +55,10 @@ class TurnKeys:
     def live(self) -> str:
         """The folder of the turn's live trajectory: every key below starts with it."""
         return f"{self.prefix_key}{self.turn_id}/live/"
+
+    @property
+    def task(self) -> str:
+        return self.live + TASK
 
     @property
     def meta(self) -> str:
@@ -142,14 +148,54 @@ class MetaMark:
 
 
 @attrs.frozen
+class TaskMark:
+    """``task.json``: whose turn this is, written before its first chunk."""
+
+    task_id: str
+    endpoint: str
+    started_at: str  # RFC 3339, UTC
+
+    def encode(self) -> bytes:
+        return encode_json(
+            {"task_id": self.task_id, "endpoint": self.endpoint, "started_at": self.started_at}
+        )
+
+    @classmethod
+    def decode(cls, body: bytes, key: str) -> TaskMark:
+        mark = decode_json_object(body, key)
+        task_id, endpoint, started_at = (
+            mark.get(name) for name in ("task_id", "endpoint", "started_at")
+        )
+        if not (
+            isinstance(task_id, str)
+            and task_id
+            and isinstance(endpoint, str)
+            and isinstance(started_at, str)
+        ):
+            raise CorruptObjectError(
+                f"stored object {key!r} needs string task_id, endpoint and started_at"
+            )
+        return cls(task_id, endpoint, started_at)
+
+
+@attrs.frozen
 class EndMark:
-    """``end.json``: the state the turn ended in and how many events are stored."""
+    """``end.json``: the state the turn ended in, how many events are stored, and if all are.
+
+    ``next`` means "at least this many are stored". ``complete`` is true when
+    the terminal page was read, so every event of the task is stored; ``None``
+    in a mark written before the field existed.
+    """
 
     state: TrajectoryState
     next: int
+    complete: bool | None = None
 
     def encode(self) -> bytes:
-        return encode_json({"state": self.state.value, "next": self.next})
+        mark: dict[str, Any] = {"state": self.state.value, "next": self.next}
+        if self.complete is not None:
+            mark["complete"] = self.complete
+        return encode_json(mark)
 
     @classmethod
     def decode(cls, body: bytes, key: str) -> EndMark:
@@ -162,7 +208,10 @@ class EndMark:
         parsed = TrajectoryState.__members__.get(state.upper()) if isinstance(state, str) else None
         if parsed is None or parsed.value != state or not parsed.is_terminal:
             raise CorruptObjectError(f"stored object {key!r} has no terminal 'state': {state!r}")
-        return cls(parsed, number)
+        complete = mark.get("complete")
+        if complete is not None and not isinstance(complete, bool):
+            raise CorruptObjectError(f"stored object {key!r} has a 'complete' of {complete!r}")
+        return cls(parsed, number, complete)
 
 
 @attrs.frozen

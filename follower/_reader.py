@@ -7,7 +7,7 @@ The reader is a tail: it waits for new objects as long as its caller lets it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import anyio
 import attrs
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from ._stores import ObjectStore
+    from ._wire import TrajectoryState
 
 DEFAULT_READER_POLL_SECONDS = 1.0
 
@@ -33,6 +34,46 @@ class StoredEvent:
     event: Any
 
 
+@attrs.frozen
+class TurnEnd:
+    """The end of one stored turn, yielded after its events when ``turn_ends=True``.
+
+    ``events``: how many events of the turn were read. ``complete``: the end mark
+    says every event of the task is stored (``None``: a mark written before that
+    was recorded). ``next_turn``: the turn read next, ``None`` after the last.
+    """
+
+    turn_id: str
+    state: TrajectoryState
+    events: int
+    complete: bool | None
+    next_turn: str | None
+
+
+@overload
+def read_live_trajectory(
+    store: ObjectStore,
+    prefix_key: str,
+    turn_id: str,
+    *,
+    poll_interval_seconds: float = ...,
+    idle_timeout_seconds: float | None = ...,
+    turn_ends: Literal[False] = ...,
+) -> AsyncIterator[StoredEvent]: ...
+
+
+@overload
+def read_live_trajectory(
+    store: ObjectStore,
+    prefix_key: str,
+    turn_id: str,
+    *,
+    poll_interval_seconds: float = ...,
+    idle_timeout_seconds: float | None = ...,
+    turn_ends: bool,
+) -> AsyncIterator[StoredEvent | TurnEnd]: ...
+
+
 async def read_live_trajectory(
     store: ObjectStore,
     prefix_key: str,
@@ -40,10 +81,13 @@ async def read_live_trajectory(
     *,
     poll_interval_seconds: float = DEFAULT_READER_POLL_SECONDS,
     idle_timeout_seconds: float | None = None,
-) -> AsyncIterator[StoredEvent]:
+    turn_ends: bool = False,
+) -> AsyncIterator[StoredEvent | TurnEnd]:
     """Yield a step's stored events from ``turn_id`` on, until its last turn ends.
 
-    Raises :class:`~follower.ReaderIdleError` when no new object appears for
+    With ``turn_ends=True``, a :class:`TurnEnd` follows each turn's events: its
+    state and whether the turn is stored complete. Raises
+    :class:`~follower.ReaderIdleError` when no new object appears for
     ``idle_timeout_seconds``, and :class:`~follower.CorruptObjectError` when the
     stored objects contradict each other.
     """
@@ -68,6 +112,11 @@ async def read_live_trajectory(
             elif not turn.done:
                 await anyio.sleep(poll_interval_seconds)
                 idle.check(turn.prefix)
+        if turn_ends:
+            assert turn.end is not None
+            yield TurnEnd(
+                turn.turn_id, turn.end.state, turn.cursor, turn.end.complete, turn.next_turn
+            )
         current = turn.next_turn
 
 

@@ -42,6 +42,9 @@ class LiveTurns:
     ``follow()``, the previous one's ``next.json`` is written to name it. As
     ``async with LiveTurns(...) as turns:``, the exit marks the last turn and
     releases the client the turns share, whatever ended the step.
+
+    ``resume=True`` continues turns the store already holds (a retried step);
+    :meth:`hand_off` leaves every turn for the next attempt instead of ending it.
     """
 
     def __init__(
@@ -55,8 +58,10 @@ class LiveTurns:
         client: httpx.AsyncClient | None = None,
         read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
         max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+        resume: bool = False,
     ) -> None:
         self.endpoint = endpoint
+        self.resume = resume
         self.store = store
         self.prefix_key = check_prefix(prefix_key)
         self._options = FollowOptions(
@@ -87,9 +92,20 @@ class LiveTurns:
             TurnKeys(self.prefix_key, turn_id),
             options=self._options,
             chain=self._chain,
+            resume=self.resume,
         )
         self._turn_ids.add(turn_id)
         return block
+
+    def hand_off(self) -> None:
+        """Leave this step's turns for a later attempt: no end marks, no null link.
+
+        For a step that stops without ending its turns for good: a worker shutting
+        down, or a failure that will be retried. Turns open now and later write no
+        ``end.json``, and the exit writes no ``{"turn": null}``; everything stored
+        stays, and the next attempt continues it with ``resume=True``.
+        """
+        self._chain.handing_off = True
 
     async def end(self) -> None:
         """Mark the last followed turn as the step's last: its ``next.json`` is null."""
@@ -97,7 +113,7 @@ class LiveTurns:
             return
         self._ended = True
         last = self._chain.last_followed
-        if last is None:
+        if last is None or self._chain.handing_off:
             return
         keys = TurnKeys(self.prefix_key, last)
         with anyio.CancelScope(shield=True):

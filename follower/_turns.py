@@ -10,21 +10,29 @@ no outcome of the step is replaced and no follower outlives the block.
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
 
-from ._chunks import LiveTrajectoryChunks, write_next_turn
-from ._errors import InvalidArgumentError, TurnStateError
+from ._chunks import LiveTrajectoryChunks, put_once, write_next_turn
+from ._errors import (
+    InvalidArgumentError,
+    StoreError,
+    TurnConflictError,
+    TurnExistsError,
+    TurnStateError,
+)
 from ._follow import FollowProgress, follow_task
-from ._layout import TurnKeys
+from ._layout import JSON, TaskMark, TurnKeys
 from ._options import (
     DEFAULT_DRAIN_SECONDS,
     DEFAULT_MAX_PAGE_BYTES,
     DEFAULT_READ_TIMEOUT_SECONDS,
     FollowOptions,
 )
+from ._stored_turn import StoredTurn, read_stored_turn
 from ._wire import TrajectoryState
 
 if TYPE_CHECKING:
@@ -50,6 +58,13 @@ def is_cancellation(exc: BaseException | None) -> bool:
     return isinstance(exc, cancelled)
 
 
+def is_stopped_from_outside(exc: BaseException | None) -> bool:
+    """A cancel, or Ctrl-C: the step was stopped, it did not fail."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(is_stopped_from_outside(e) for e in exc.exceptions)
+    return is_cancellation(exc) or isinstance(exc, KeyboardInterrupt)
+
+
 async def bounded_cleanup(what: str, write: Callable[[], Awaitable[None]]) -> bool:
     """Run one cleanup write within its bound; log, never raise, if it fails."""
     with anyio.move_on_after(CLEANUP_WRITE_SECONDS) as scope:
@@ -69,11 +84,13 @@ class TurnChain:
 
     Sync and owned by one step (:class:`LiveTurns`, or a lone turn's block). A
     turn that follows a task asks :meth:`followed`, and is the previous turn of
-    whichever turn follows next.
+    whichever turn follows next. ``handing_off`` is the step's word that its
+    turns have not ended for good: no end marks, no null link.
     """
 
     def __init__(self, last_followed: str | None = None) -> None:
         self.last_followed = last_followed
+        self.handing_off = False
 
     def followed(self, turn_id: str) -> str | None:
         """Record that ``turn_id`` follows a task; the turn it links from, if any."""
@@ -112,6 +129,15 @@ class LiveTurn:
         """Report the A2A state the task ended in (``completed``, ``canceled``, ...)."""
         self._block.reported_state = TrajectoryState.from_task_state(state)
 
+    def hand_off(self) -> None:
+        """Leave the turn for a later attempt: its exit writes no end mark.
+
+        For a step that stops without ending the turn for good (a worker shutting
+        down, a failure that will be retried). What is stored stays; the next
+        attempt continues it with ``resume=True``.
+        """
+        self._block.handing_off = True
+
 
 class _TurnBlock:
     """The async context manager behind :func:`following_live_trajectory`."""
@@ -124,6 +150,7 @@ class _TurnBlock:
         *,
         options: FollowOptions,
         chain: TurnChain,
+        resume: bool = False,
     ) -> None:
         self.endpoint = endpoint
         self.store = store
@@ -131,7 +158,10 @@ class _TurnBlock:
         self.turn_id = keys.turn_id
         self.task_id: str | None = None
         self.reported_state: TrajectoryState | None = None
+        self.handing_off = False
         self.progress = FollowProgress()
+        self._resume = resume
+        self._stored: StoredTurn | None = None
         self._options = options
         self._chain = chain
         self._linked_from: str | None = None
@@ -153,12 +183,28 @@ class _TurnBlock:
             )
         if not isinstance(task_id, str) or not task_id:
             raise InvalidArgumentError(f"task_id must be a non-empty string, not {task_id!r}")
+        if self._stored is not None:
+            self._check_resumable(self._stored, task_id)
         self.task_id = task_id
         self._linked_from = self._chain.followed(self.turn_id)
-        self._start_follower(task_id)
+        if self._stored is None or self._stored.end is None:
+            self._start_follower(task_id)
         if self._linked_from is not None:
             self._tg.start_soon(
                 self._link_from_previous, name=f"link {self._linked_from} -> {self.turn_id}"
+            )
+
+    def _check_resumable(self, stored: StoredTurn, task_id: str) -> None:
+        where = f"turn {self.turn_id!r} under {self.keys.prefix_key!r}"
+        if stored.task is not None and stored.task.task_id != task_id:
+            raise TurnConflictError(
+                f"{where} is stored for task {stored.task.task_id!r}, not {task_id!r}; "
+                "nothing was written"
+            )
+        if stored.task is None and stored.end is None:
+            raise TurnConflictError(
+                f"{where} holds {stored.describe()} but no task.json: whose turn it is "
+                "cannot be told, so it is not resumed"
             )
 
     def _start_follower(self, task_id: str) -> None:
@@ -167,12 +213,20 @@ class _TurnBlock:
 
     async def _run_follower(self, task_id: str) -> None:
         try:
+            after = 0
+            if self._stored is None:
+                task = TaskMark(task_id, self.endpoint, _now_rfc3339())
+                await put_once(self.store, self.keys.task, task.encode(), content_type=JSON)
+            else:
+                after = self._sink.stored_next = self._stored.contiguous_next
+                self._sink.format = self._stored.format
             await follow_task(
                 self.endpoint,
                 task_id,
                 self._sink,
                 stop=self._stop,
                 options=self._options,
+                after=after,
                 progress=self.progress,
             )
         except Exception:
@@ -200,6 +254,17 @@ class _TurnBlock:
     async def __aenter__(self) -> LiveTurn:
         if self._tg is not None:
             raise TurnStateError(f"turn {self.turn_id!r}: its block can be entered once")
+        self._closed = True  # until the group is open: follow() is refused
+        stored = await self._read_stored()
+        if not stored.is_empty:
+            if not self._resume:
+                raise TurnExistsError(
+                    f"turn {self.turn_id!r} under {self.keys.prefix_key!r} already holds "
+                    f"{stored.describe()}; pass resume=True to continue it, or use another "
+                    "prefix or turn id (nothing stored was touched)"
+                )
+            self._stored = stored
+        self._closed = False
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         return LiveTurn(self)
@@ -221,6 +286,12 @@ class _TurnBlock:
         await self._close(exc)
         # Not suppressed: the body's own exception (if any) goes on as itself,
         # traceback intact.
+
+    async def _read_stored(self) -> StoredTurn:
+        with anyio.move_on_after(CLEANUP_SECONDS) as scope:
+            return await read_stored_turn(self.store, self.keys)
+        assert scope.cancelled_caught
+        raise StoreError(f"listing turn {self.turn_id!r} took over {CLEANUP_SECONDS} s")
 
     async def _drain(self) -> None:
         self._stop.set()
@@ -253,35 +324,52 @@ class _TurnBlock:
             # Followers never raise into the group, so it can only hold the body's
             # exception and cancels. Anything else is a bug: never hide it. (Compare
             # leaves: a backend may rebuild the body's own group around them.)
+            # Ctrl-C is delivered on trio inside whichever task runs: a follower's too.
             body_leaves = {id(leaf) for leaf in _leaves(exc)}
+            leaves = _leaves(group)
             if not all(
-                id(leaf) in body_leaves or isinstance(leaf, cancelled) for leaf in _leaves(group)
+                id(leaf) in body_leaves or isinstance(leaf, cancelled | KeyboardInterrupt)
+                for leaf in leaves
             ):
                 raise
+            for leaf in leaves:
+                if isinstance(leaf, KeyboardInterrupt) and id(leaf) not in body_leaves:
+                    raise leaf from None
             if exc is None:
-                raise _leaves(group)[0] from None
+                raise leaves[0] from None
         except BaseException as raised:
             if raised is not exc and not (isinstance(raised, cancelled) and is_cancellation(exc)):
                 raise
 
     async def _cleanup(self, exc: BaseException | None) -> None:
         with anyio.move_on_after(CLEANUP_SECONDS, shield=True):
-            if self.task_id is not None:
-                state = self._end_state(exc)
+            if self._marks_its_end:
+                state, complete = self._end_state(exc), self.progress.complete
                 await bounded_cleanup(
-                    f"turn {self.turn_id}: end mark", lambda: self._sink.end(state)
+                    f"turn {self.turn_id}: end mark", lambda: self._sink.end(state, complete)
                 )
             if self._linked_from is not None and not self._link_landed:
                 await self._write_link()
+
+    @property
+    def _marks_its_end(self) -> bool:
+        """Whether the exit writes end.json: a followed turn that ends for good, unmarked."""
+        if self.task_id is None or self.handing_off or self._chain.handing_off:
+            return False
+        return self._stored is None or self._stored.end is None
 
     def _end_state(self, exc: BaseException | None) -> TrajectoryState:
         if self.progress.complete and self.progress.state is not None:
             return self.progress.state
         if self.reported_state is not None:
             return self.reported_state
-        if exc is not None and is_cancellation(exc):
+        if exc is not None and is_stopped_from_outside(exc):
             return TrajectoryState.CANCELED
         return TrajectoryState.FAILED
+
+
+def _now_rfc3339() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _leaves(exc: BaseException | None) -> list[BaseException]:
@@ -304,6 +392,7 @@ def following_live_trajectory(
     client: httpx.AsyncClient | None = None,
     read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+    resume: bool = False,
 ) -> AbstractAsyncContextManager[LiveTurn]:
     """Follow one turn's live trajectory for the duration of an ``async with`` block.
 
@@ -311,7 +400,12 @@ def following_live_trajectory(
     most ``drain_seconds``; when it raises or is cancelled, the follower is
     cancelled at once and the body's exception or cancel comes out as itself.
     Either way the turn's end mark (and the link from ``previous_turn_id``) is
-    written, shielded and bounded.
+    written, shielded and bounded, unless the turn was handed off.
+
+    A turn the store already holds raises :class:`~follower.TurnExistsError`
+    on entry, unless ``resume`` is true: then ``follow()`` of the same task
+    continues after its last stored chunk, and another task's turn raises
+    :class:`~follower.TurnConflictError`.
     """
     options = FollowOptions(
         poll_interval_seconds=poll_interval_seconds,
@@ -322,17 +416,19 @@ def following_live_trajectory(
     )
     if previous_turn_id is not None:
         TurnKeys(prefix_key, previous_turn_id)  # refused now, not at the first link
-    return open_turn(
-        endpoint,
-        store,
-        TurnKeys(prefix_key, turn_id),
-        options=options,
-        chain=TurnChain(previous_turn_id),
-    )
+    keys = TurnKeys(prefix_key, turn_id)
+    chain = TurnChain(previous_turn_id)
+    return open_turn(endpoint, store, keys, options=options, chain=chain, resume=resume)
 
 
 def open_turn(
-    endpoint: str, store: ObjectStore, keys: TurnKeys, *, options: FollowOptions, chain: TurnChain
+    endpoint: str,
+    store: ObjectStore,
+    keys: TurnKeys,
+    *,
+    options: FollowOptions,
+    chain: TurnChain,
+    resume: bool,
 ) -> AbstractAsyncContextManager[LiveTurn]:
     """The block of one turn of ``chain``'s step, not yet entered."""
-    return _TurnBlock(endpoint, store, keys, options=options, chain=chain)
+    return _TurnBlock(endpoint, store, keys, options=options, chain=chain, resume=resume)

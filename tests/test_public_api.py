@@ -35,6 +35,7 @@ DESIGN_NAMES = {
     "MalformedPageError",
     "read_live_trajectory",
     "StoredEvent",
+    "TurnEnd",
     # the agent's errors, the malformed kinds, the other branches of the tree
     "AgentError",
     "TaskNotFoundError",
@@ -51,6 +52,8 @@ DESIGN_NAMES = {
     "CorruptObjectError",
     "UsageError",
     "TurnStateError",
+    "TurnExistsError",
+    "TurnConflictError",
     "ReaderIdleError",
     "AgentCardError",
     "A2AProtocolError",

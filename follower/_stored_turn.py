@@ -1,0 +1,96 @@
+"""One turn as the store holds it now: what a resume continues, and what a summary shows.
+
+A snapshot taken from one listing: the marks are read and checked, the chunks
+are known by name (their bodies are the reader's business).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ._layout import (
+    END,
+    META,
+    NEXT,
+    TASK,
+    EndMark,
+    MetaMark,
+    NextLink,
+    TaskMark,
+    chunk_positions,
+    decode_json_object,
+)
+
+if TYPE_CHECKING:
+    from ._layout import TurnKeys
+    from ._stores import ObjectStore
+
+
+@attrs.frozen
+class StoredTurn:
+    """What one turn's folder holds; ``contiguous_next`` is where a resume continues."""
+
+    keys: TurnKeys
+    names: tuple[str, ...]
+    chunks: tuple[tuple[int, int], ...]
+    task: TaskMark | None
+    format: str | None
+    end: EndMark | None
+    link: NextLink | None
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.names
+
+    @property
+    def contiguous_next(self) -> int:
+        """The position after the last chunk of the run from 0 (chunks may overlap)."""
+        reached = 0
+        for after, next_ in self.chunks:
+            if after > reached:
+                break
+            reached = max(reached, next_)
+        return reached
+
+    def describe(self) -> str:
+        """A short account for an error message: what is there."""
+        if self.is_empty:
+            return "nothing"
+        parts = []
+        if self.task is not None:
+            parts.append(f"task {self.task.task_id!r}")
+        parts.append(f"{len(self.chunks)} chunks ({self.contiguous_next} events)")
+        if self.end is not None:
+            parts.append(f"an end mark ({self.end.state.value})")
+        if self.link is not None:
+            parts.append("a link")
+        return ", ".join(parts)
+
+
+async def read_stored_turn(store: ObjectStore, keys: TurnKeys) -> StoredTurn:
+    """List the turn's folder and read its marks; raises :class:`~follower.CorruptObjectError`."""
+    names = tuple(keys.names(await store.list(keys.live)))
+    present = set(names)
+
+    async def body(name: str) -> bytes | None:
+        return await store.get(keys.live + name) if name in present else None
+
+    task = await body(TASK)
+    meta = await body(META)
+    end = await body(END)
+    link = await body(NEXT)
+    fmt = None
+    if meta is not None:
+        value = decode_json_object(meta, keys.meta).get("format")
+        fmt = MetaMark(value).format if isinstance(value, str) else None
+    return StoredTurn(
+        keys=keys,
+        names=names,
+        chunks=tuple((after, next_) for after, next_, _ in chunk_positions(list(names))),
+        task=None if task is None else TaskMark.decode(task, keys.task),
+        format=fmt,
+        end=None if end is None else EndMark.decode(end, keys.end),
+        link=None if link is None else NextLink.decode(link, keys.next),
+    )
