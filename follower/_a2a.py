@@ -262,7 +262,8 @@ async def run_a2a_turn(
     wait = _waiter(agent, task_deadline_seconds, task_poll_seconds, task_max_failures)
     async with _following(agent, turns, turn_id) as turn:
         task = await agent.send_message(text, context_id=context_id)
-        return await _follow_task(agent, turn, task.id, wait)
+        async with _cancelled_on_failure(agent, task.id):
+            return await _follow_task(turn, task.id, wait)
 
 
 async def follow_a2a_task(
@@ -278,12 +279,13 @@ async def follow_a2a_task(
     """Run one turn on a task the agent already runs: follow it, wait for it to end.
 
     The same turn as :func:`run_a2a_turn` without the message, down to the
-    cancel: if the step is cancelled or anything fails, the agent is asked to
-    cancel the task, though someone else started it.
+    cancel: if the step is cancelled or anything fails (entering the turn too:
+    a store that refuses it), the agent is asked to cancel the task, though
+    someone else may have started it.
     """
     wait = _waiter(agent, task_deadline_seconds, task_poll_seconds, task_max_failures)
-    async with _following(agent, turns, turn_id) as turn:
-        return await _follow_task(agent, turn, task_id, wait)
+    async with _cancelled_on_failure(agent, task_id), _following(agent, turns, turn_id) as turn:
+        return await _follow_task(turn, task_id, wait)
 
 
 def _waiter(
@@ -310,25 +312,28 @@ async def _following(
 
 
 async def _follow_task(
-    agent: A2AAgent,
-    turn: LiveTurn | None,
-    task_id: str,
-    wait: Callable[[str], Awaitable[A2ATask]],
+    turn: LiveTurn | None, task_id: str, wait: Callable[[str], Awaitable[A2ATask]]
 ) -> A2ATask:
-    """Follow and wait for a started task; on any failure or cancel, cancel it too."""
-    try:
-        if turn is not None:
-            turn.follow(task_id)
-        final = await wait(task_id)
-    except BaseException:
-        await _cancel_quietly(agent, task_id)
-        raise
+    """Follow a started task and wait for it to end."""
+    if turn is not None:
+        turn.follow(task_id)
+    final = await wait(task_id)
     if turn is not None:
         turn.ended(final.state)
     return final
 
 
-async def _cancel_quietly(agent: A2AAgent, task_id: str) -> None:
+@asynccontextmanager
+async def _cancelled_on_failure(agent: A2AAgent, task_id: str) -> AsyncIterator[None]:
+    """On any failure or cancel of the block, ask the agent to cancel the task too."""
+    try:
+        yield
+    except BaseException:
+        await cancel_task_quietly(agent, task_id)
+        raise
+
+
+async def cancel_task_quietly(agent: A2AAgent, task_id: str) -> None:
     """Ask the agent to cancel a task the step no longer waits for; never raise."""
     with anyio.move_on_after(CANCEL_TASK_SECONDS, shield=True) as scope:
         try:

@@ -8,30 +8,35 @@ the agent (``_demo``) take plain arguments, and are imported only to run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._a2a import connect_agent, follow_a2a_task, run_a2a_turn
+from ._a2a import cancel_task_quietly, connect_agent, follow_a2a_task
+from ._cli_parser import build_parser
 from ._errors import (
     AgentUnavailableError,
     FollowerError,
     StoreError,
     TaskNotFoundError,
+    TurnExistsError,
     UsageError,
 )
-from ._reader import read_live_trajectory
+from ._layout import TurnKeys
+from ._reader import TurnEnd, read_live_trajectory
 from ._step import LiveTurns
+from ._stored_turn import read_stored_turn
 from ._stores import FilesystemStore, MemoryStore
 
 if TYPE_CHECKING:
+    import argparse
     from collections.abc import Awaitable, Callable, Sequence
+    from pathlib import Path
 
+    from ._a2a import A2AAgent, A2ATask
     from ._stores import ObjectStore
     from .testing import Fault
 
@@ -43,7 +48,10 @@ EXIT_UNREACHABLE = 3
 EXIT_NO_LIVE_TRAJECTORY = 4
 EXIT_UNKNOWN_TASK = 5
 EXIT_BAD_STORE = 6
+EXIT_TURN_EXISTS = 7
 EXIT_INTERRUPTED = 130
+# After the step, how long the tail of its own store may take to reach the end mark.
+PRINT_DRAIN_SECONDS = 5.0
 
 logger = logging.getLogger("follower")
 
@@ -57,7 +65,7 @@ class CommandError(Exception):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_OneLineFormatter(tracebacks=args.verbose))
@@ -71,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
-    command: Callable[[argparse.Namespace], Awaitable[int]] = args.run
+    command: Callable[[argparse.Namespace], Awaitable[int]] = _COMMANDS[args.command]
     try:
         return anyio.run(command, args, backend=args.backend)
     except BaseException as exc:
@@ -125,6 +133,8 @@ def _explain(exc: BaseException) -> tuple[str, int] | None:
         return f"the agent is unreachable: {exc}", EXIT_UNREACHABLE
     if isinstance(exc, TaskNotFoundError):
         return f"unknown task: {exc}", EXIT_UNKNOWN_TASK
+    if isinstance(exc, TurnExistsError):
+        return f"store: {exc}", EXIT_TURN_EXISTS
     if isinstance(exc, StoreError):
         return f"store: {exc}", EXIT_BAD_STORE
     if isinstance(exc, UsageError):
@@ -132,123 +142,6 @@ def _explain(exc: BaseException) -> tuple[str, int] | None:
     if isinstance(exc, FollowerError):
         return str(exc), EXIT_ERROR
     return None
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="follower",
-        description="Follow an A2A agent's live trajectory and store it as it is read.",
-    )
-    parser.add_argument(
-        "--backend",
-        choices=["asyncio", "trio"],
-        default="asyncio",
-        help="the async backend to run on (default: asyncio)",
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what the follower does")
-    commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
-
-    demo = commands.add_parser(
-        "demo",
-        help="run a 3-turn step against the reference agent and show it live",
-        description="Start the reference agent on loopback, run a step of several turns "
-        "against it, store the live trajectory under a folder and show it as it is read.",
-    )
-    demo.add_argument(
-        "--store",
-        type=Path,
-        default=Path("follower-demo"),
-        help="the folder to store the trajectory in (default: ./follower-demo/)",
-    )
-    demo.add_argument("--turns", type=int, default=3, help="how many turns (default: 3)")
-    demo.add_argument("--events", type=int, default=40, help="events per turn (default: 40)")
-    demo.add_argument(
-        "--interval", type=float, default=0.02, help="seconds between events (default: 0.02)"
-    )
-    demo.add_argument(
-        "--fault", default=None, help="make the agent misbehave (see 'follower agent --help')"
-    )
-    demo.set_defaults(run=_demo)
-
-    agent = commands.add_parser(
-        "agent",
-        help="serve the reference agent",
-        description="Serve the reference agent (A2A JSON-RPC, agent card, live trajectory).",
-    )
-    agent.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    agent.add_argument("--port", type=_port, default=8000, help="port to listen on (0: any)")
-    agent.add_argument("--events", type=int, default=40, help="events per task")
-    agent.add_argument("--interval", type=float, default=0.05, help="seconds between events")
-    agent.add_argument("--event-bytes", type=int, default=64, help="padding bytes per event")
-    agent.add_argument(
-        "--final-state",
-        default="completed",
-        choices=["completed", "failed", "canceled"],
-        help="how tasks end",
-    )
-    agent.add_argument("--fault", default=None, help="a fault mode")
-    agent.set_defaults(run=_agent)
-
-    follow = commands.add_parser(
-        "follow",
-        help="follow a task of an agent, printing its events as JSON lines",
-        description="Follow a task's live trajectory through the agent's card; print each "
-        "event as a JSON line on stdout.",
-    )
-    follow.add_argument("url", help="the agent's A2A URL (its card is under it)")
-    which = follow.add_mutually_exclusive_group(required=True)
-    which.add_argument(
-        "--task",
-        help="the id of a task the agent is running; if following it fails or is "
-        "interrupted, the agent is asked to cancel it, as with --message",
-    )
-    which.add_argument("--message", help="send this message and follow the new task")
-    follow.add_argument("--store", type=Path, default=None, help="also store it under this folder")
-    follow.add_argument("--prefix", default="follow/", help="the key prefix (default: follow/)")
-    follow.add_argument("--turn", default="turn-1", help="the turn id (default: turn-1)")
-    follow.add_argument(
-        "--poll", type=_positive, default=0.5, help="seconds between reads and task checks"
-    )
-    follow.add_argument(
-        "--deadline",
-        type=_positive,
-        default=600.0,
-        help="seconds to wait for the task to end, then cancel it (default: 600)",
-    )
-    follow.set_defaults(run=_follow)
-
-    tail = commands.add_parser(
-        "tail",
-        help="print a stored step's events as they arrive, turn after turn",
-        description="Print the events stored under STORE/PREFIX, from TURN on, as JSON "
-        'lines {"turn", "index", "event"}, until the step\'s last turn ends.',
-    )
-    tail.add_argument("store", type=Path, help="the store's folder")
-    tail.add_argument("prefix", help="the step's key prefix, ending with '/' (or '')")
-    tail.add_argument("turn", help="the first turn's id")
-    tail.add_argument("--poll", type=_positive, default=0.5, help="seconds between listings")
-    tail.add_argument(
-        "--idle-timeout",
-        type=float,
-        default=None,
-        help="give up after this many seconds without a new object",
-    )
-    tail.set_defaults(run=_tail)
-    return parser
-
-
-def _port(text: str) -> int:
-    port = int(text)
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port (0 to 65535)")
-    return port
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
-    return value
 
 
 # --- follow and tail ---------------------------------------------------------------
@@ -288,36 +181,69 @@ async def _follow(args: argparse.Namespace) -> int:
                     f"unknown task {args.task!r}: the agent at {args.url} does not know it",
                     EXIT_UNKNOWN_TASK,
                 ) from None
-        async with anyio.create_task_group() as tg:
-            # What is printed is what was stored: the tail of the same turn.
-            tg.start_soon(_print_events, store, args.prefix, args.turn, 0.05, False)
-            try:
-                async with LiveTurns(
-                    endpoint, store, args.prefix, poll_interval_seconds=args.poll
-                ) as turns:
-                    if args.message is not None:
-                        task = await run_a2a_turn(
-                            agent,
-                            turns,
-                            args.turn,
-                            args.message,
-                            task_deadline_seconds=args.deadline,
-                            task_poll_seconds=args.poll,
-                        )
-                    else:
-                        task = await follow_a2a_task(
-                            agent,
-                            turns,
-                            args.turn,
-                            args.task,
-                            task_deadline_seconds=args.deadline,
-                            task_poll_seconds=args.poll,
-                        )
-            except BaseException:
-                tg.cancel_scope.cancel()
-                raise
+            task_id = args.task
+        else:
+            task_id = (await agent.send_message(args.message)).id
+        # Said at once, so that an interrupted run can be resumed with --task.
+        print(f"follower: task {task_id}", file=sys.stderr, flush=True)
+        try:
+            keys = TurnKeys(args.prefix or f"follow/{task_id}/", args.turn)
+        except UsageError:
+            if args.message is not None:
+                await cancel_task_quietly(agent, task_id)
+            raise
+        task = await _follow_and_print(agent, endpoint, store, keys, task_id, args)
     print(f"follower: task {task.id} ended {task.state}", file=sys.stderr)
     return EXIT_OK
+
+
+async def _follow_and_print(
+    agent: A2AAgent,
+    endpoint: str,
+    store: ObjectStore,
+    keys: TurnKeys,
+    task_id: str,
+    args: argparse.Namespace,
+) -> A2ATask:
+    """Follow the task into the store while printing what is stored, then check it ended."""
+    async with anyio.create_task_group() as tg:
+        printed = anyio.Event()
+        # What is printed is what was stored: the tail of the same turn.
+        tg.start_soon(_print_then_set, store, keys, printed)
+        try:
+            async with LiveTurns(
+                endpoint, store, keys.prefix_key, poll_interval_seconds=args.poll, resume=True
+            ) as turns:
+                task = await follow_a2a_task(
+                    agent,
+                    turns,
+                    keys.turn_id,
+                    task_id,
+                    task_deadline_seconds=args.deadline,
+                    task_poll_seconds=args.poll,
+                )
+        except BaseException:
+            tg.cancel_scope.cancel()
+            raise
+        # Marked, the turn's tail reaches its end at once; unmarked (the store
+        # failed), it never would.
+        stored = await read_stored_turn(store, keys)
+        if stored.end is not None and stored.link is not None:
+            with anyio.move_on_after(PRINT_DRAIN_SECONDS):
+                await printed.wait()
+        tg.cancel_scope.cancel()
+    if stored.end is None or stored.link is None:
+        raise CommandError(
+            f"store: turn {keys.turn_id!r} under {keys.prefix_key!r} could not be stored "
+            "whole (its end mark or link is missing; see the errors above)",
+            EXIT_BAD_STORE,
+        )
+    return task
+
+
+async def _print_then_set(store: ObjectStore, keys: TurnKeys, done: anyio.Event) -> None:
+    await _print_events(store, keys.prefix_key, keys.turn_id, 0.05, with_turns=False)
+    done.set()
 
 
 async def _print_events(
@@ -325,21 +251,37 @@ async def _print_events(
     prefix: str,
     turn: str,
     poll: float,
+    *,
     with_turns: bool,
     idle_timeout: float | None = None,
 ) -> None:
-    async for stored in read_live_trajectory(
-        store, prefix, turn, poll_interval_seconds=poll, idle_timeout_seconds=idle_timeout
+    async for item in read_live_trajectory(
+        store,
+        prefix,
+        turn,
+        poll_interval_seconds=poll,
+        idle_timeout_seconds=idle_timeout,
+        turn_ends=True,
     ):
-        if with_turns:
-            _print_json({"turn": stored.turn_id, "index": stored.index, "event": stored.event})
+        if isinstance(item, TurnEnd):
+            if item.complete is False:
+                print(
+                    f"follower: turn {item.turn_id} ended {item.state} incomplete: "
+                    f"{item.events} events stored, the task was not read to its end",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        elif with_turns:
+            _print_json({"turn": item.turn_id, "index": item.index, "event": item.event})
         else:
-            _print_json(stored.event)
+            _print_json(item.event)
 
 
 async def _tail(args: argparse.Namespace) -> int:
     store = store_at(args.store, must_exist=True)
-    await _print_events(store, args.prefix, args.turn, args.poll, True, args.idle_timeout)
+    await _print_events(
+        store, args.prefix, args.turn, args.poll, with_turns=True, idle_timeout=args.idle_timeout
+    )
     return EXIT_OK
 
 
@@ -396,3 +338,11 @@ async def _demo(args: argparse.Namespace) -> int:
         fault_label=args.fault,
     )
     return EXIT_OK if ok else EXIT_ERROR
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
+    "demo": _demo,
+    "agent": _agent,
+    "follow": _follow,
+    "tail": _tail,
+}

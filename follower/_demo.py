@@ -22,9 +22,10 @@ import anyio.abc
 
 from ._a2a import connect_agent, run_a2a_turn
 from ._errors import FollowerError, InvalidArgumentError
-from ._layout import EndMark, NextLink, TurnKeys, chunk_positions
+from ._layout import EndMark, TurnKeys
 from ._reader import read_live_trajectory
 from ._step import LiveTurns
+from ._stored_turn import read_stored_turn
 from .testing import ReferenceAgent, TaskScript, serve_agent
 
 if TYPE_CHECKING:
@@ -273,37 +274,34 @@ async def _summarise(store: ObjectStore, prefix: str, turn_ids: list[str]) -> _R
     report = _Report()
     followed = []
     for turn_id in turn_ids:
-        keys = TurnKeys(prefix, turn_id)
-        listed = await store.list(keys.live)
-        names = keys.names(listed)
-        linked = keys.next in listed
-        if not names:
+        try:
+            turn = await read_stored_turn(store, TurnKeys(prefix, turn_id))
+        except FollowerError as exc:
+            report.problems.append(f"{turn_id}: {exc}")
+            continue
+        if turn.is_empty:
             report.lines.append(f"{turn_id}: not run")
             continue
         followed.append(turn_id)
-        chunks = chunk_positions(names)
-        stored = 0
-        for after, next_, _ in chunks:
-            if after != stored:
-                report.problems.append(f"{turn_id}: chunks not contiguous at {after}")
-            stored = next_
-        mark = await _end_mark(store, keys)
-        link = None
-        if linked:
-            try:
-                link = NextLink.decode(await store.get(keys.next), keys.next).turn
-            except FollowerError as exc:
-                report.problems.append(f"{turn_id}: {exc}")
+        stored = turn.contiguous_next
+        gaps = [after for after, _ in turn.chunks if after > stored]
+        if gaps:
+            report.problems.append(f"{turn_id}: chunks not contiguous at {stored}")
+        mark = turn.end
         if mark is None:
             report.problems.append(f"{turn_id}: no end mark")
-        elif mark.next != stored:
+        elif mark.next > stored:
             report.problems.append(f"{turn_id}: end mark says {mark.next}, {stored} stored")
+        elif mark.complete is False:
+            report.problems.append(f"{turn_id}: incomplete, the task was not read to its end")
+        link = turn.link.turn if turn.link is not None else None
         report.lines.append(
-            f"{turn_id}: {stored} events in {len(chunks)} chunks, "
-            f"ended {mark.state.value if mark else None}, "
+            f"{turn_id}: {stored} events in {len(turn.chunks)} chunks, "
+            f"ended {mark.state.value if mark else None}"
+            f"{', incomplete' if mark is not None and mark.complete is False else ''}, "
             f"next turn: {link if link is not None else '(last)'}"
         )
-        if not linked:
+        if turn.link is None:
             report.problems.append(f"{turn_id}: not linked")
     if followed:
         total = 0

@@ -113,7 +113,7 @@ class LiveTurns:
             return
         self._ended = True
         last = self._chain.last_followed
-        if last is None or self._chain.handing_off:
+        if last is None or not self._chain.ends_for_good:
             return
         keys = TurnKeys(self.prefix_key, last)
         with anyio.CancelScope(shield=True):

@@ -85,12 +85,19 @@ class TurnChain:
     Sync and owned by one step (:class:`LiveTurns`, or a lone turn's block). A
     turn that follows a task asks :meth:`followed`, and is the previous turn of
     whichever turn follows next. ``handing_off`` is the step's word that its
-    turns have not ended for good: no end marks, no null link.
+    turns have not ended for good (no end marks, no null link); ``handed_off``
+    names the turns that said so of themselves.
     """
 
     def __init__(self, last_followed: str | None = None) -> None:
         self.last_followed = last_followed
         self.handing_off = False
+        self.handed_off: set[str] = set()
+
+    @property
+    def ends_for_good(self) -> bool:
+        """Whether the step's last followed turn is its last: not handed off."""
+        return not self.handing_off and self.last_followed not in self.handed_off
 
     def followed(self, turn_id: str) -> str | None:
         """Record that ``turn_id`` follows a task; the turn it links from, if any."""
@@ -136,7 +143,7 @@ class LiveTurn:
         down, a failure that will be retried). What is stored stays; the next
         attempt continues it with ``resume=True``.
         """
-        self._block.handing_off = True
+        self._block.hand_off()
 
 
 class _TurnBlock:
@@ -162,6 +169,7 @@ class _TurnBlock:
         self.progress = FollowProgress()
         self._resume = resume
         self._stored: StoredTurn | None = None
+        self._has_follower = False
         self._options = options
         self._chain = chain
         self._linked_from: str | None = None
@@ -187,12 +195,18 @@ class _TurnBlock:
             self._check_resumable(self._stored, task_id)
         self.task_id = task_id
         self._linked_from = self._chain.followed(self.turn_id)
-        if self._stored is None or self._stored.end is None:
+        # A resumed turn that has its end mark is done: nothing more is read.
+        self._has_follower = self._stored is None or self._stored.end is None
+        if self._has_follower:
             self._start_follower(task_id)
         if self._linked_from is not None:
             self._tg.start_soon(
                 self._link_from_previous, name=f"link {self._linked_from} -> {self.turn_id}"
             )
+
+    def hand_off(self) -> None:
+        self.handing_off = True
+        self._chain.handed_off.add(self.turn_id)
 
     def _check_resumable(self, stored: StoredTurn, task_id: str) -> None:
         where = f"turn {self.turn_id!r} under {self.keys.prefix_key!r}"
@@ -295,7 +309,7 @@ class _TurnBlock:
 
     async def _drain(self) -> None:
         self._stop.set()
-        if self.task_id is not None:
+        if self._has_follower:
             with anyio.move_on_after(self._options.drain_seconds):
                 await self._follower_done.wait()
 

@@ -1,0 +1,132 @@
+"""The command line's grammar: every command, its arguments and their checks.
+
+Parsing only: ``command`` in the parsed arguments names what ``_cli`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The grammar of every command; ``command`` in the parsed arguments names the one to run."""
+    parser = argparse.ArgumentParser(
+        prog="follower",
+        description="Follow an A2A agent's live trajectory and store it as it is read.",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=["asyncio", "trio"],
+        default="asyncio",
+        help="the async backend to run on (default: asyncio)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what the follower does")
+    commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+
+    demo = commands.add_parser(
+        "demo",
+        help="run a 3-turn step against the reference agent and show it live",
+        description="Start the reference agent on loopback, run a step of several turns "
+        "against it, store the live trajectory under a folder and show it as it is read.",
+    )
+    demo.add_argument(
+        "--store",
+        type=Path,
+        default=Path("follower-demo"),
+        help="the folder to store the trajectory in (default: ./follower-demo/)",
+    )
+    demo.add_argument("--turns", type=int, default=3, help="how many turns (default: 3)")
+    demo.add_argument("--events", type=int, default=40, help="events per turn (default: 40)")
+    demo.add_argument(
+        "--interval", type=float, default=0.02, help="seconds between events (default: 0.02)"
+    )
+    demo.add_argument(
+        "--fault", default=None, help="make the agent misbehave (see 'follower agent --help')"
+    )
+    demo.set_defaults(command="demo")
+
+    agent = commands.add_parser(
+        "agent",
+        help="serve the reference agent",
+        description="Serve the reference agent (A2A JSON-RPC, agent card, live trajectory).",
+    )
+    agent.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    agent.add_argument("--port", type=_port, default=8000, help="port to listen on (0: any)")
+    agent.add_argument("--events", type=int, default=40, help="events per task")
+    agent.add_argument("--interval", type=float, default=0.05, help="seconds between events")
+    agent.add_argument("--event-bytes", type=int, default=64, help="padding bytes per event")
+    agent.add_argument(
+        "--final-state",
+        default="completed",
+        choices=["completed", "failed", "canceled"],
+        help="how tasks end",
+    )
+    agent.add_argument("--fault", default=None, help="a fault mode")
+    agent.set_defaults(command="agent")
+
+    follow = commands.add_parser(
+        "follow",
+        help="follow a task of an agent, printing its events as JSON lines",
+        description="Follow a task's live trajectory through the agent's card; print each "
+        "event as a JSON line on stdout.",
+    )
+    follow.add_argument("url", help="the agent's A2A URL (its card is under it)")
+    which = follow.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--task",
+        help="the id of a task the agent is running; a task stored before (an "
+        "interrupted run) is resumed; if following it fails or is interrupted, the agent "
+        "is asked to cancel it, as with --message",
+    )
+    which.add_argument("--message", help="send this message and follow the new task")
+    follow.add_argument("--store", type=Path, default=None, help="also store it under this folder")
+    follow.add_argument(
+        "--prefix",
+        default=None,
+        help="the key prefix (default: follow/<task id>/, so that runs never mix)",
+    )
+    follow.add_argument("--turn", default="turn-1", help="the turn id (default: turn-1)")
+    follow.add_argument(
+        "--poll", type=_positive, default=0.5, help="seconds between reads and task checks"
+    )
+    follow.add_argument(
+        "--deadline",
+        type=_positive,
+        default=600.0,
+        help="seconds to wait for the task to end, then cancel it (default: 600)",
+    )
+    follow.set_defaults(command="follow")
+
+    tail = commands.add_parser(
+        "tail",
+        help="print a stored step's events as they arrive, turn after turn",
+        description="Print the events stored under STORE/PREFIX, from TURN on, as JSON "
+        'lines {"turn", "index", "event"}, until the step\'s last turn ends.',
+    )
+    tail.add_argument("store", type=Path, help="the store's folder")
+    tail.add_argument("prefix", help="the step's key prefix, ending with '/' (or '')")
+    tail.add_argument("turn", help="the first turn's id")
+    tail.add_argument("--poll", type=_positive, default=0.5, help="seconds between listings")
+    tail.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=None,
+        help="give up after this many seconds without a new object",
+    )
+    tail.set_defaults(command="tail")
+    return parser
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0 to 65535)")
+    return port
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
