@@ -145,8 +145,9 @@ class WorldAgent:
 
 # Each mark's kind by its object name, as the layout names them (the same in every turn).
 _KEYS = turn_keys(0)
+MARK_KINDS = ("task", "meta", "end", "next")
 _MARKS = dict(
-    zip(_KEYS.names([_KEYS.meta, _KEYS.end, _KEYS.next]), ("meta", "end", "next"), strict=True)
+    zip(_KEYS.names([_KEYS.task, _KEYS.meta, _KEYS.end, _KEYS.next]), MARK_KINDS, strict=True)
 )
 
 
@@ -164,7 +165,7 @@ class WorldStore(MemoryStore):
         super().__init__()
         self.world = world
         self.queues: dict[str, list[PutOp]] = {
-            kind: list(getattr(script, kind)) for kind in ("chunk", "meta", "end", "next")
+            kind: list(getattr(script, kind)) for kind in ("chunk", *MARK_KINDS)
         }
         self.puts: list[PutRecord] = []
 

@@ -11,9 +11,11 @@ issue:
    10 s cleanup bound; ``LiveTurns`` exits within 5 s of its last turn;
 2. no follower is alive after its block exits, and no read starts after it;
 3. the step's outcome comes out unchanged;
-4. the stored chunks are exactly the first N events the agent served;
+4. the stored chunks are exactly the first N events the agent served, after
+   the turn's ``task.json`` (written once, naming the turn's task);
 5. each followed turn has exactly one ``end.json`` (state by the priority rule,
-   ``next`` = N, written after its chunks), and the links are in order;
+   ``next`` = N, ``complete`` exactly when the terminal page was handed over,
+   written after its chunks), and the links are in order;
 6. after stop, at most one failed read per follower (and none at all once the
    body raised or was cancelled: followers are cancelled at once).
 
@@ -27,16 +29,18 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
-from follower import TrajectoryState
+from follower import TrajectoryBatch, TrajectoryState
 from follower._layout import parse_chunk_name
 from follower._turns import CLEANUP_SECONDS, CLEANUP_WRITE_SECONDS
 
 from .records import NOT_RUN, PutRecord, Stamp, TurnRecord
-from .scripts import EPS, live, task_id, turn_id, turn_keys
+from .scripts import ENDPOINT, EPS, live, task_id, turn_id, turn_keys
 from .violations import (
     ChunksWrong,
+    EndMarkComplete,
     EndMarkCount,
     EndMarkMissing,
     EndMarkOrder,
@@ -48,6 +52,7 @@ from .violations import (
     OutcomeChanged,
     PropertyViolation,
     RetriedAfterStop,
+    TaskMarkWrong,
 )
 from .world import World
 
@@ -237,6 +242,7 @@ def _check_chunks(world: World, record: TurnRecord) -> None:
         if own:
             raise ChunksWrong(f"{name} never followed a task but stored {own}")
         return
+    _check_task_mark(world, k)
     task = world.agent.tasks[task_id(k)]
     served = {(r.after, r.next) for r in world.reads_of(k) if r.next is not None}
     cursor = 0
@@ -262,11 +268,58 @@ def _check_chunks(world: World, record: TurnRecord) -> None:
         raise ChunksWrong(f"{name}: chunks {stored} stored, but the sink accepted {accepted}")
 
 
-def _expected_state(world: World, record: TurnRecord) -> TrajectoryState:
+def _check_task_mark(world: World, k: int) -> None:
+    """``task.json`` lands once, names the turn's task, and lands before any chunk is written."""
+    keys, name = turn_keys(k), turn_id(k)
+    puts = _attempts(world, keys.task)
+    landed = [p for p in puts if p.outcome == "stored"]
+    if len(landed) > 1:
+        raise TaskMarkWrong(f"{name}'s task.json landed {len(landed)} times")
+    if landed:
+        first = landed[0]
+        assert first.end is not None
+        mark = json.loads(first.body)
+        expected = {"task_id": task_id(k), "endpoint": ENDPOINT}
+        if (
+            set(mark) != {*expected, "started_at"}
+            or {field: mark[field] for field in expected} != expected
+            or not _is_utc_instant(mark["started_at"])
+        ):
+            raise TaskMarkWrong(f"{name}'s task.json is {mark}, expected {expected} and a time")
+        again = [p for p in puts if p.start.seq > first.end.seq]
+        if again:
+            raise TaskMarkWrong(f"{name}'s task.json was written again after it landed")
+    # The follower writes task.json first: a chunk or meta.json before it would belong to no task.
+    others = [p for p in world.store.puts if p.key.startswith(keys.live) and p.kind in _DATA]
+    if others and not (
+        landed and landed[0].end is not None and landed[0].end.seq < others[0].start.seq
+    ):
+        raise TaskMarkWrong(f"{name} wrote {others[0].key} before its task.json landed")
+
+
+_DATA = ("chunk", "meta")
+
+
+def _is_utc_instant(value: object) -> bool:
+    if not isinstance(value, str) or not value.endswith("Z"):
+        return False
+    try:
+        return datetime.fromisoformat(value[:-1] + "+00:00").tzinfo is not None
+    except ValueError:
+        return False
+
+
+def _last_handed_over(world: World, record: TurnRecord) -> TrajectoryBatch | None:
+    """The terminal page the turn's follower handed over (its sink returned), if it did."""
     follower_ = world.followers.get(task_id(record.index))
     last = [b for b in follower_.accepted if b.last] if follower_ else []
-    if last:
-        return last[-1].state
+    return last[-1] if last else None
+
+
+def _expected_state(world: World, record: TurnRecord) -> TrajectoryState:
+    last = _last_handed_over(world, record)
+    if last is not None:
+        return last.state
     if record.reported is not None:
         return TrajectoryState.from_task_state(record.reported)
     if _cancel(world, record.body_exit) or (
@@ -314,10 +367,16 @@ def _check_end_mark(world: World, record: TurnRecord) -> None:
     assert end.end is not None
     chunks = _chunks(world, k)
     stored_next = chunks[-1][1] if chunks else 0
-    expected = {"state": _expected_state(world, record).value, "next": stored_next}
+    expected = {
+        "state": _expected_state(world, record).value,
+        "next": stored_next,
+        "complete": _last_handed_over(world, record) is not None,
+    }
     mark = json.loads(end.body)
     if mark.get("next") != expected["next"]:
         raise EndMarkCount(f"{turn_id(k)}'s end.json is {mark}, expected {expected}")
+    if mark.get("complete") != expected["complete"]:
+        raise EndMarkComplete(f"{turn_id(k)}'s end.json is {mark}, expected {expected}")
     if mark != expected:
         raise EndMarkState(f"{turn_id(k)}'s end.json is {mark}, expected {expected}")
     for after, nxt, put in chunks:

@@ -79,6 +79,7 @@ class StoreScript:
     """The store's answers to successive writes of each kind of object, then ``ok``."""
 
     chunk: tuple[PutOp, ...] = ()
+    task: tuple[PutOp, ...] = ()
     meta: tuple[PutOp, ...] = ()
     end: tuple[PutOp, ...] = ()
     next: tuple[PutOp, ...] = ()

@@ -105,6 +105,7 @@ def store_scripts() -> st.SearchStrategy[StoreScript]:
     return st.builds(
         StoreScript,
         chunk=st.lists(put_ops(), max_size=4).map(tuple),
+        task=st.lists(put_ops(), max_size=1).map(tuple),
         meta=st.lists(put_ops(), max_size=1).map(tuple),
         end=st.lists(put_ops(), max_size=2).map(tuple),
         next=st.lists(put_ops(), max_size=2).map(tuple),

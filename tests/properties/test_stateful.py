@@ -140,7 +140,7 @@ class LiveTurnsStep(RuleBasedStateMachine):
         self._act(AgentAnswers(tuple(next_answers)))
 
     @rule(
-        kind=st.sampled_from(("chunk", "end", "next", "meta")),
+        kind=st.sampled_from(("chunk", "end", "next", "meta", "task")),
         ops=st.lists(put_ops(), min_size=1, max_size=3),
     )
     def store_answers(self, kind: str, ops: list[Any]) -> None:

@@ -30,6 +30,10 @@ class ChunksWrong(PropertyViolation):
     number = 4
 
 
+class TaskMarkWrong(ChunksWrong):
+    """``task.json`` missing before a chunk, written twice, or naming another task."""
+
+
 class EndMarkWrong(PropertyViolation):
     number = 5
 
@@ -44,6 +48,10 @@ class EndMarkState(EndMarkWrong):
 
 class EndMarkCount(EndMarkWrong):
     """The end mark's ``next`` is not the number of events stored."""
+
+
+class EndMarkComplete(EndMarkWrong):
+    """The end mark's ``complete`` is not whether the terminal page was handed over."""
 
 
 class EndMarkOrder(EndMarkWrong):
