@@ -81,6 +81,8 @@ class TurnRecord:
     alive_at_exit: int = 0
     # The step went on after this turn (it returned, or the step caught its end).
     went_on: bool = False
+    # The body handed the turn off (HandOff): its attempt does not end it for good.
+    handed_off: bool = False
 
 
 @attrs.define

@@ -49,7 +49,7 @@ def _tracked_follow(world: World, real: Callable[..., Any]) -> Callable[..., Any
 
     @functools.wraps(real)
     async def follow_task(endpoint: str, tid: str, sink: Any, **options: Any) -> Any:
-        record = world.followers.setdefault(tid, FollowerRecord(tid))
+        record = world.current.followers.setdefault(tid, FollowerRecord(tid))
         record.starts += 1
         record.alive += 1
 

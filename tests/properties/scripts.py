@@ -4,8 +4,12 @@ A :class:`StepScript` says, turn by turn, how the agent answers each read of
 the turn's task (:class:`ReadScript`), how the store answers each write
 (:class:`StoreScript`), and what the step's body does: when it calls
 ``follow``, what it waits for (:class:`Until`), and how it ends
-(:class:`Ending`). Scripts are plain frozen values, so a falsifying example
-prints as a readable script; :func:`tests.properties.run.run_step` plays one.
+(:class:`Ending`). It may be run more than once: each of its
+:class:`StoppedAttempt` runs it up to a point, hands its turns off and stops,
+and the next attempt runs it again with ``resume=True`` on the same store and
+agent (:func:`attempts`). Scripts are plain frozen values, so a falsifying
+example prints as a readable script; :func:`tests.properties.run.run_step`
+plays one.
 """
 
 from __future__ import annotations
@@ -155,7 +159,29 @@ class StoreAnswers:
     ops: tuple[PutOp, ...]
 
 
-Action = Sleep | Follow | Report | Ticks | Until | Publish | Finish | AgentAnswers | StoreAnswers
+@attrs.frozen
+class HandOff:
+    """The body leaves its turns to the next attempt: no end marks, no null link.
+
+    ``whom``: ``step`` calls ``turns.hand_off()`` (every turn of the step),
+    ``turn`` calls ``turn.hand_off()`` (this turn). A plain turn has only the latter.
+    """
+
+    whom: str = "step"
+
+
+Action = (
+    Sleep
+    | Follow
+    | Report
+    | Ticks
+    | Until
+    | Publish
+    | Finish
+    | AgentAnswers
+    | StoreAnswers
+    | HandOff
+)
 
 
 @attrs.frozen
@@ -198,15 +224,80 @@ class SecondCancel:
 
 
 @attrs.frozen
+class StoppedAttempt:
+    """An attempt of the step that stops without ending it for good; the step is run again.
+
+    It plays the step's turns up to turn ``turn`` as scripted; of that turn it
+    plays the first ``actions`` actions, hands off (``whom``, as
+    :class:`HandOff`) and ends the body as ``how`` says: ``cancelled`` (the
+    worker is stopped), ``raises`` (``error``, as :class:`Ending`: a failure that
+    will be retried) or ``returns`` (a worker shutting down after the turn). The
+    attempt ends there; the next one runs the step again with ``resume=True``.
+    """
+
+    turn: int
+    actions: int
+    how: str = "cancelled"
+    error: str = "value"
+    whom: str = "step"
+
+
+@attrs.frozen
 class StepScript:
     turns: tuple[TurnScript, ...]
     poll_interval_seconds: float = 1.0
     drain_seconds: float = 3.0
     read_timeout_seconds: float = 1.0
     store: StoreScript = StoreScript()
+    # Cancels the last attempt (the one that ends the step for good), if there is one.
     second_cancel: SecondCancel | None = None
     # One turn with following_live_trajectory instead of LiveTurns: no links.
     plain: bool = False
+    # Attempts before the last, in order, each stopped and handed off.
+    stopped: tuple[StoppedAttempt, ...] = ()
+    # Whether a last attempt runs the step to its end; if not, every attempt handed off.
+    finished: bool = True
+
+
+@attrs.frozen
+class AttemptScript:
+    """One run of a step: its turns as this attempt plays them, and how it stops.
+
+    ``stopped`` is ``None`` for the attempt that ends the step for good.
+    """
+
+    index: int
+    turns: tuple[TurnScript, ...]
+    resume: bool
+    stopped: StoppedAttempt | None = None
+
+    @property
+    def final(self) -> bool:
+        return self.stopped is None
+
+
+def attempts(script: StepScript) -> tuple[AttemptScript, ...]:
+    """The step's attempts in order: the stopped ones (their turns cut), then the last, if any.
+
+    Every attempt but the first resumes: it runs the same turns on the same store.
+    """
+    runs = []
+    for i, stop in enumerate(script.stopped):
+        cut = script.turns[stop.turn]
+        hand_off = TurnScript(
+            (*cut.actions[: stop.actions], HandOff(stop.whom)),
+            Ending(stop.how, stop.error, escapes=True),
+            cut.task,
+        )
+        runs.append(AttemptScript(i, (*script.turns[: stop.turn], hand_off), i > 0, stop))
+    if script.finished:
+        runs.append(AttemptScript(len(runs), script.turns, bool(runs)))
+    return tuple(runs)
+
+
+def ends_the_step(turn: TurnScript) -> bool:
+    """Whether the turn's own ending ends the step (the step never reaches a later turn)."""
+    return turn.ending.how != "returns" and turn.ending.escapes
 
 
 def turn_id(k: int) -> str:

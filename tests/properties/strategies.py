@@ -1,9 +1,10 @@
-"""Hypothesis strategies for step scripts: the agent, the store, and the step's body.
+"""Hypothesis strategies for step scripts: the agent, the store, the step's body, its attempts.
 
 Every strategy draws plain values (:mod:`tests.properties.scripts`), so a
 falsifying example prints as a readable script. Times are drawn partly from
 the instants where races live (the poll interval, a backoff's end, the pause
-after stop, the drain deadline) and partly at random.
+after stop, the drain deadline) and partly at random. About half the steps
+are run more than once: attempts that stop, hand off and are run again.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ from .scripts import (
     SecondCancel,
     Sleep,
     StepScript,
+    StoppedAttempt,
     StoreScript,
     Ticks,
     TurnScript,
     Until,
+    ends_the_step,
 )
 
 POLL_INTERVALS = (0.5, 1.0, 2.0)
@@ -144,6 +147,7 @@ def waits(poll: float) -> st.SearchStrategy[Action]:
     )
 
 
+ERRORS = ("value", "custom", "group", "base", "library")
 REPORTS = ("completed", "Cancelled", "failed", "rejected", "COMPLETED", "canceled")
 _REPORTS = st.one_of(st.none(), st.sampled_from(REPORTS))
 _FOLLOWS = st.sampled_from((True, True, True, False))
@@ -157,7 +161,7 @@ def endings() -> st.SearchStrategy[Ending]:
         Ending,
         # Returns twice as often: the drain after stop is where most of the rules live.
         how=st.sampled_from(("returns", "returns", "raises", "cancelled")),
-        error=st.sampled_from(("value", "custom", "group", "base", "library")),
+        error=st.sampled_from(ERRORS),
         escapes=st.booleans(),
     )
 
@@ -206,6 +210,34 @@ def second_cancels(turns: int, drain: float) -> st.SearchStrategy[SecondCancel]:
     )
 
 
+# How a stopped attempt ends after it hands off: the worker is cancelled, a failure
+# that will be retried, or a worker that shuts down after the turn.
+STOPPED_HOWS = ("cancelled", "raises", "returns")
+_STOPPED_COUNTS = st.sampled_from((0, 0, 1, 2))
+_FINISHED = st.sampled_from((True, True, True, False))
+
+
+@st.composite
+def stopped_attempts(draw: Any, turns: tuple[TurnScript, ...], plain: bool) -> StoppedAttempt:
+    """An attempt that hands off and stops in a turn the step reaches, after some of its actions."""
+    reached = next((k for k, t in enumerate(turns) if ends_the_step(t)), len(turns) - 1)
+    turn = draw(st.integers(0, reached))
+    actions = turns[turn].actions
+    # Most often after every action: the body's work is done, and it hands off at its end.
+    cut = draw(st.one_of(st.just(len(actions)), st.integers(0, len(actions))))
+    # turn.hand_off() leaves the step's null link out only for the last turn that
+    # followed: a LiveTurns step hands a turn off by itself once that turn follows.
+    if plain:
+        whom = "turn"
+    elif Follow() in actions[:cut]:
+        whom = draw(st.sampled_from(("step", "turn")))
+    else:
+        whom = "step"
+    how = draw(st.sampled_from(STOPPED_HOWS))
+    error = draw(st.sampled_from(ERRORS)) if how == "raises" else "value"
+    return StoppedAttempt(turn, cut, how, error, whom)
+
+
 _POLLS = st.sampled_from(POLL_INTERVALS)
 _DRAINS = st.sampled_from(DRAIN_SECONDS)
 _READ_TIMEOUTS = st.sampled_from(READ_TIMEOUTS)
@@ -223,13 +255,15 @@ def _maybe_second_cancels(turns: int, drain: float) -> st.SearchStrategy[SecondC
 
 @st.composite
 def step_scripts(draw: Any, max_turns: int = 3) -> StepScript:
-    """A step: several turns in a row, each followed (or not) and ended somehow."""
+    """A step: several turns in a row, each followed (or not) and ended somehow; maybe retried."""
     poll = draw(_POLLS)
     drain = draw(_DRAINS)
     count = draw(st.integers(1, max_turns))
     turns = tuple(draw(_turn_scripts(poll)) for _ in range(count))
     plain = count == 1 and draw(st.booleans())
-    second = draw(_maybe_second_cancels(count, drain))
+    stopped = tuple(draw(stopped_attempts(turns, plain)) for _ in range(draw(_STOPPED_COUNTS)))
+    finished = draw(_FINISHED) if stopped else True
+    second = draw(_maybe_second_cancels(count, drain)) if finished else None
     return StepScript(
         turns=turns,
         poll_interval_seconds=poll,
@@ -238,4 +272,6 @@ def step_scripts(draw: Any, max_turns: int = 3) -> StepScript:
         store=draw(store_scripts()),
         second_cancel=second,
         plain=plain,
+        stopped=stopped,
+        finished=finished,
     )

@@ -1,4 +1,5 @@
-"""A LiveTurns step built rule by rule: turns, follows, ends, agent and store failures, cancels.
+"""A LiveTurns step built rule by rule: turns, follows, ends, agent and store failures, cancels,
+and workers that stop, hand off and leave the step to be run again.
 
 Rules are synchronous and a step is async, so the machine writes the step's
 timeline as it goes (each rule is one action of the open turn's body, or opens
@@ -29,6 +30,7 @@ from .scripts import (
     Report,
     SecondCancel,
     StepScript,
+    StoppedAttempt,
     StoreAnswers,
     StoreScript,
     Ticks,
@@ -36,9 +38,11 @@ from .scripts import (
 )
 from .strategies import (
     DRAIN_SECONDS,
+    ERRORS,
     POLL_INTERVALS,
     READ_TIMEOUTS,
     REPORTS,
+    STOPPED_HOWS,
     answers,
     endings,
     put_ops,
@@ -49,6 +53,7 @@ from .strategies import (
 )
 
 MAX_TURNS = 4
+MAX_STOPPED = 2
 SECOND_CANCEL_ANCHORS = ("with_end", "ticks", "after", "drain_deadline", "end_mark")
 
 
@@ -67,6 +72,8 @@ class LiveTurnsStep(RuleBasedStateMachine):
         self.drain = 0.0
         self.read_timeout = 1.0
         self.store = StoreScript()
+        self.stopped: list[StoppedAttempt] = []
+        self.finished = True
 
     # --- the step's settings, and its first turn ---------------------------------------
 
@@ -159,6 +166,23 @@ class LiveTurnsStep(RuleBasedStateMachine):
             ticks = min(value, 3.0)
             self.second = SecondCancel(turn, anchor, value if anchor == "after" else ticks)
 
+    # --- attempts ---------------------------------------------------------------------
+
+    @rule(how=st.sampled_from(STOPPED_HOWS), error=st.sampled_from(ERRORS), by_turn=st.booleans())
+    def stop_and_run_again(self, how: str, error: str, by_turn: bool) -> None:
+        """A worker stops here: it hands off and the attempt ends; the step is run again."""
+        if self.actions is None or len(self.stopped) >= MAX_STOPPED:
+            return
+        # turn.hand_off() keeps the null link out only once the turn follows.
+        whom = "turn" if by_turn and self.followed else "step"
+        error = error if how == "raises" else "value"
+        self.stopped.append(StoppedAttempt(len(self.done), len(self.actions), how, error, whom))
+
+    @rule()
+    def no_worker_comes_back(self) -> None:
+        """The step's last attempt hands off too: nothing ends it for good."""
+        self.finished = False
+
     # --- running it ------------------------------------------------------------------
 
     def _open(self, task: ReadScript, follow_at_once: bool) -> None:
@@ -183,8 +207,9 @@ class LiveTurnsStep(RuleBasedStateMachine):
             self._close(Ending("returns"))
         if not self.done:
             return  # the run stopped before its first turn was set up
+        finished = self.finished or not self.stopped
         second = self.second
-        if second is not None and second.turn >= len(self.done):
+        if second is not None and (second.turn >= len(self.done) or not finished):
             second = None
         script = StepScript(
             turns=tuple(self.done),
@@ -193,6 +218,8 @@ class LiveTurnsStep(RuleBasedStateMachine):
             read_timeout_seconds=self.read_timeout,
             store=self.store,
             second_cancel=second,
+            stopped=tuple(self.stopped),
+            finished=finished,
         )
         note(repr(script))
         world = run_step(script, self.backend)

@@ -30,6 +30,14 @@ class ChunksWrong(PropertyViolation):
     number = 4
 
 
+class StoredTwice(ChunksWrong):
+    """Chunks overlap: some events are stored twice (a resumed turn read them again)."""
+
+
+class ResumedElsewhere(ChunksWrong):
+    """A resumed turn's follower read from another position than where its chunks end."""
+
+
 class TaskMarkWrong(ChunksWrong):
     """``task.json`` missing before a chunk, written twice, or naming another task."""
 
@@ -40,6 +48,10 @@ class EndMarkWrong(PropertyViolation):
 
 class EndMarkMissing(EndMarkWrong):
     """An end mark or link missing (or written twice) though the store would take it."""
+
+
+class EndMarkWriter(EndMarkWrong):
+    """An end mark written by an attempt that handed the turn off, or found it marked."""
 
 
 class EndMarkState(EndMarkWrong):

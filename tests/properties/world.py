@@ -1,10 +1,13 @@
 """The world one property example runs in: a step played from its script on a virtual clock.
 
-:meth:`World.main` runs the step's turns against the world's fake agent and
-store, plays each turn's body action by action, places the second cancel, and
-records when each body ended and each block exited. After the step it keeps the
-loop running (:data:`LINGER_SECONDS`), so that a follower left behind shows up
-as a read the checks can see. :meth:`World.timeline` prints it all in order.
+:meth:`World.main` runs the step's attempts one after the other against the
+world's fake agent and store (the same ones: the store keeps what an attempt
+stored, the agent's tasks go on). In each attempt it runs the turns, plays each
+turn's body action by action, places the second cancel (in the last attempt),
+and records when each body ended and each block exited. After each attempt it
+keeps the loop running (:data:`LINGER_SECONDS`), so that a follower left
+behind shows up as a read the checks can see, within that attempt's window
+(:class:`Attempt`). :meth:`World.timeline` prints it all in order.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from .fakes import WorldAgent, WorldStore
 from .records import (
     FollowerRecord,
     Outcome,
+    PutRecord,
     ReadRecord,
     Stamp,
     TurnRecord,
@@ -38,8 +42,10 @@ from .scripts import (
     PREFIX,
     Action,
     AgentAnswers,
+    AttemptScript,
     Finish,
     Follow,
+    HandOff,
     Publish,
     Report,
     SecondCancel,
@@ -48,26 +54,30 @@ from .scripts import (
     StoreAnswers,
     Ticks,
     Until,
+    attempts,
     live,
     task_id,
     turn_id,
     turn_keys,
 )
 
-# After the step, the test keeps the loop running this long: a follower left
+# After each attempt, the test keeps the loop running this long: a follower left
 # behind would read again within it (the longest backoff is 60 s).
 LINGER_SECONDS = 130.0
 
 
-class World:
-    """Everything one example runs with, and everything it recorded."""
+class Attempt:
+    """One run of the step, and what it recorded.
 
-    def __init__(self, script: StepScript, backend: str) -> None:
+    The agent's reads and the store's writes are the world's, shared by every
+    attempt; an attempt's own are those that started in its window: from its
+    start to the end of the linger after it.
+    """
+
+    def __init__(self, world: World, script: AttemptScript) -> None:
+        self.world = world
         self.script = script
-        self.backend = backend
-        self.seq = 0
-        self.agent = WorldAgent(self, {task_id(k): t.task for k, t in enumerate(script.turns)})
-        self.store = WorldStore(self, script.store)
+        self.index = script.index
         self.turns = [
             TurnRecord(k, t, make_error(t.ending.error, k)) for k, t in enumerate(script.turns)
         ]
@@ -78,11 +88,76 @@ class World:
         self.second_cancelled: Stamp | None = None
         self.step_exit: Stamp | None = None
         self.turns_exit: Stamp | None = None
+        self.start: Stamp | None = None
+        self.stop: Stamp | None = None
+        self.live_turns: LiveTurns | None = None
+        self.step_scope: anyio.CancelScope | None = None
+        self.second_scope: anyio.CancelScope | None = None
+
+    @property
+    def final(self) -> bool:
+        """Whether this attempt ends the step for good (it hands nothing off)."""
+        return self.script.final
+
+    @property
+    def name(self) -> str:
+        return f"attempt {self.index + 1}"
+
+    def within(self, stamp: Stamp) -> bool:
+        assert self.start is not None
+        return self.start.seq <= stamp.seq and (self.stop is None or stamp.seq <= self.stop.seq)
+
+    @property
+    def reads(self) -> list[ReadRecord]:
+        return [r for r in self.world.agent.reads if self.within(r.start)]
+
+    def reads_of(self, k: int) -> list[ReadRecord]:
+        return [r for r in self.reads if r.task_id == task_id(k)]
+
+    @property
+    def puts(self) -> list[PutRecord]:
+        return [p for p in self.world.store.puts if self.within(p.start)]
+
+    def record(self, k: int) -> TurnRecord | None:
+        """Turn ``k`` of this attempt, if the attempt started it."""
+        if k < len(self.turns) and self.turns[k].started:
+            return self.turns[k]
+        return None
+
+    @property
+    def static_deadline(self) -> float:
+        """A bound on the whole attempt, whatever the follower does: the watchdog's."""
+        total = 30.0 + CLEANUP_WRITE_SECONDS
+        for turn in self.script.turns:
+            for action in turn.actions:
+                if isinstance(action, Sleep):
+                    total += action.seconds
+                elif isinstance(action, Until):
+                    total += action.max_wait + 60.0
+            total += self.world.script.drain_seconds + CLEANUP_SECONDS + CLEANUP_WRITE_SECONDS
+        return total
+
+
+class World:
+    """Everything one example runs with, and everything its attempts recorded."""
+
+    def __init__(self, script: StepScript, backend: str) -> None:
+        self.script = script
+        self.backend = backend
+        self.seq = 0
+        self.agent = WorldAgent(self, {task_id(k): t.task for k, t in enumerate(script.turns)})
+        self.store = WorldStore(self, script.store)
+        self.attempts = [Attempt(self, a) for a in attempts(script)]
+        self.current = self.attempts[0]
         self.released = False
         self.release_reason: str | None = None
         self.read_deadline_seconds = script.read_timeout_seconds + POOL_WAIT_SECONDS
         self.crash: BaseException | None = None
         self.cancelled_class: type[BaseException] = BaseException
+
+    @property
+    def last(self) -> Attempt:
+        return self.attempts[-1]
 
     # --- clock and events ------------------------------------------------------------
 
@@ -105,19 +180,6 @@ class World:
             self.release_reason = reason
             self.release.set()
 
-    @property
-    def static_deadline(self) -> float:
-        """A bound on the whole step, whatever the follower does: the watchdog's."""
-        total = 30.0 + CLEANUP_WRITE_SECONDS
-        for turn in self.script.turns:
-            for action in turn.actions:
-                if isinstance(action, Sleep):
-                    total += action.seconds
-                elif isinstance(action, Until):
-                    total += action.max_wait + 60.0
-            total += self.script.drain_seconds + CLEANUP_SECONDS + CLEANUP_WRITE_SECONDS
-        return total
-
     # --- the run ---------------------------------------------------------------------
 
     async def main(self) -> None:
@@ -130,96 +192,103 @@ class World:
             anyio.create_task_group() as tg,
         ):
             self.client = client
-            self._watching = anyio.CancelScope()
-            tg.start_soon(self._watchdog)
-            if self.script.second_cancel is not None:
-                tg.start_soon(self._second_cancel, self.script.second_cancel)
-            await self._run_step()
-            self.step_exit = self.mark()
-            self._watching.cancel()
-            await anyio.sleep(LINGER_SECONDS)
+            for attempt in self.attempts:
+                self.current = attempt
+                attempt.start = self.mark()
+                watching = anyio.CancelScope()
+                tg.start_soon(self._watchdog, attempt, watching)
+                second = self.script.second_cancel
+                if attempt.final and second is not None:
+                    tg.start_soon(self._second_cancel, attempt, second)
+                await self._run_step(attempt)
+                attempt.step_exit = self.mark()
+                watching.cancel()
+                await anyio.sleep(LINGER_SECONDS)
+                attempt.stop = self.mark()
             self.release_now("the test is over")
             tg.cancel_scope.cancel()
 
-    async def _watchdog(self) -> None:
-        with self._watching:
-            await anyio.sleep(self.static_deadline)
-            self.release_now(f"the step ran past {self.static_deadline} s (the watchdog)")
+    async def _watchdog(self, attempt: Attempt, watching: anyio.CancelScope) -> None:
+        with watching:
+            deadline = attempt.static_deadline
+            await anyio.sleep(deadline)
+            self.release_now(f"{attempt.name} ran past {deadline} s (the watchdog)")
 
-    async def _run_step(self) -> None:
+    async def _run_step(self, attempt: Attempt) -> None:
         cancelled = anyio.get_cancelled_exc_class()
         with anyio.CancelScope() as outer:
-            self.second_scope = outer
+            attempt.second_scope = outer
             with anyio.CancelScope() as inner:
-                self.step_scope = inner
+                attempt.step_scope = inner
                 try:
-                    value = await self._step()
+                    value = await self._step(attempt)
                 except cancelled as exc:
-                    self.outcome = Outcome("cancelled", exc)
+                    attempt.outcome = Outcome("cancelled", exc)
                     raise
                 except BaseException as exc:
-                    self.outcome = Outcome("raised", exc)
+                    attempt.outcome = Outcome("raised", exc)
                 else:
-                    self.outcome = Outcome("returned", value)
-        self.caught_by = (inner.cancelled_caught, outer.cancelled_caught)
+                    attempt.outcome = Outcome("returned", value)
+        attempt.caught_by = (inner.cancelled_caught, outer.cancelled_caught)
 
-    async def _step(self) -> object:
+    async def _step(self, attempt: Attempt) -> object:
         script = self.script
         options: dict[str, Any] = {
             "poll_interval_seconds": script.poll_interval_seconds,
             "drain_seconds": script.drain_seconds,
             "read_timeout_seconds": script.read_timeout_seconds,
             "client": self.client,
+            "resume": attempt.script.resume,
         }
         if script.plain:
-            await self._turn(
-                0, following_live_trajectory(ENDPOINT, self.store, PREFIX, turn_id(0), **options)
-            )
-            return self.value
+            block = following_live_trajectory(ENDPOINT, self.store, PREFIX, turn_id(0), **options)
+            await self._turn(attempt, 0, block)
+            return attempt.value
         try:
             async with LiveTurns(ENDPOINT, self.store, PREFIX, **options) as turns:
-                for k in range(len(script.turns)):
-                    await self._turn(k, turns.following(turn_id(k)))
+                attempt.live_turns = turns
+                for k in range(len(attempt.turns)):
+                    await self._turn(attempt, k, turns.following(turn_id(k)))
         finally:
-            self.turns_exit = self.mark()
-        return self.value
+            attempt.turns_exit = self.mark()
+        return attempt.value
 
-    async def _turn(self, k: int, block: Any) -> None:
-        record = self.turns[k]
+    async def _turn(self, attempt: Attempt, k: int, block: Any) -> None:
+        record = attempt.turns[k]
         record.started = True
         with anyio.CancelScope() as scope:
             record.scope = scope
             try:
                 async with block as turn:
-                    await self._body(k, turn)
+                    await self._body(attempt, k, turn)
             except BaseException as exc:
-                self._exited(record, exc)
+                self._exited(attempt, record, exc)
                 if record.script.ending.escapes or exc is not record.error:
                     raise
             else:
-                self._exited(record, None)
+                self._exited(attempt, record, None)
         record.went_on = True
 
-    def _exited(self, record: TurnRecord, exc: BaseException | None) -> None:
+    def _exited(self, attempt: Attempt, record: TurnRecord, exc: BaseException | None) -> None:
         record.block_exit = exc
         record.exited = self.mark()
-        follower_ = self.followers.get(task_id(record.index))
+        follower_ = attempt.followers.get(task_id(record.index))
         record.alive_at_exit = follower_.alive if follower_ is not None else 0
 
-    async def _body(self, k: int, turn: Any) -> None:
-        record = self.turns[k]
+    async def _body(self, attempt: Attempt, k: int, turn: Any) -> None:
+        record = attempt.turns[k]
         script = record.script
         record.entered = self.mark()
         try:
             for action in script.actions:
-                await self._act(k, turn, action)
-            second = self.script.second_cancel
+                await self._act(attempt, k, turn, action)
+            second = self.script.second_cancel if attempt.final else None
             if second is not None and second.turn == k and second.anchor == "with_end":
-                self._cancel_second()
+                self._cancel_second(attempt)
             if script.ending.how == "raises":
                 raise record.error
             if script.ending.how == "cancelled":
-                scope = self.step_scope if script.ending.escapes else record.scope
+                scope = attempt.step_scope if script.ending.escapes else record.scope
                 assert scope is not None
                 scope.cancel()
                 await anyio.sleep_forever()
@@ -231,23 +300,24 @@ class World:
         finally:
             record.body_end = self.mark()
 
-    async def _act(self, k: int, turn: Any, action: Action) -> None:
+    async def _act(self, attempt: Attempt, k: int, turn: Any, action: Action) -> None:
         tid = task_id(k)
         task = self.agent.tasks[tid]
+        record = attempt.turns[k]
         match action:
             case Sleep(seconds):
                 await anyio.sleep(seconds)
             case Follow():
                 turn.follow(tid)
-                self.turns[k].followed = True
+                record.followed = True
             case Report(state):
                 turn.ended(state)
-                self.turns[k].reported = state
+                record.reported = state
             case Ticks(count):
                 for _ in range(count):
                     await anyio.lowlevel.checkpoint()
             case Until():
-                await self._until(k, action)
+                await self._until(attempt, k, action)
             case Publish(count):
                 task.grow(tid, count)
             case Finish(state):
@@ -256,19 +326,26 @@ class World:
                 task.pushed.extend(answers)
             case StoreAnswers(kind, ops):
                 self.store.queues[kind][:0] = ops
+            case HandOff(whom):
+                if whom == "turn" or attempt.live_turns is None:
+                    turn.hand_off()
+                else:
+                    attempt.live_turns.hand_off()
+                record.handed_off = True
             case _:
                 raise AssertionError(action)
 
-    async def _until(self, k: int, until: Until) -> None:
+    async def _until(self, attempt: Attempt, k: int, until: Until) -> None:
+        """Wait for something of this attempt: what earlier attempts did does not count."""
         tid, prefix = task_id(k), live(k)
 
         def reads() -> list[ReadRecord]:
-            return [r for r in self.agent.reads if r.task_id == tid and r.end is not None]
+            return [r for r in attempt.reads_of(k) if r.end is not None]
 
         def chunks(landed: bool) -> int:
             return sum(
                 1
-                for p in self.store.puts
+                for p in attempt.puts
                 if p.kind == "chunk"
                 and p.key.startswith(prefix)
                 and (p.outcome == "stored" if landed else True)
@@ -286,7 +363,7 @@ class World:
                 happened = lambda: chunks(landed=True) >= until.count  # noqa: E731
             case "follower_done":
                 happened = lambda: (  # noqa: E731
-                    tid in self.followers and self.followers[tid].ended is not None
+                    tid in attempt.followers and attempt.followers[tid].ended is not None
                 )
             case _:
                 raise AssertionError(until)
@@ -306,20 +383,21 @@ class World:
                 elif read.outcome in ("page", "last"):
                     in_a_row = 0
 
-    def _cancel_second(self) -> None:
-        if self.step_exit is not None:
+    def _cancel_second(self, attempt: Attempt) -> None:
+        if attempt.step_exit is not None:
             return  # the step is over: nothing left to cancel
-        if self.second_cancelled is None:
-            self.second_cancelled = self.mark()
-        self.second_scope.cancel()
+        if attempt.second_cancelled is None:
+            attempt.second_cancelled = self.mark()
+        assert attempt.second_scope is not None
+        attempt.second_scope.cancel()
 
-    async def _second_cancel(self, second: SecondCancel) -> None:
-        if second.anchor == "with_end" or second.turn >= len(self.turns):
+    async def _second_cancel(self, attempt: Attempt, second: SecondCancel) -> None:
+        if second.anchor == "with_end" or second.turn >= len(attempt.turns):
             return
-        record = self.turns[second.turn]
+        record = attempt.turns[second.turn]
         if second.anchor == "end_mark":
             key = turn_keys(second.turn).end
-            await self.until(lambda: any(p.key == key for p in self.store.puts), max_wait=math.inf)
+            await self.until(lambda: any(p.key == key for p in attempt.puts), max_wait=math.inf)
         else:
             await self.until(lambda: record.body_end is not None, max_wait=math.inf)
         assert record.body_end is not None or second.anchor == "end_mark"
@@ -333,11 +411,12 @@ class World:
             case "drain_deadline":
                 assert record.body_end is not None
                 await anyio.sleep_until(record.body_end.at + self.script.drain_seconds)
-        self._cancel_second()
+        self._cancel_second(attempt)
 
     # --- reading back ----------------------------------------------------------------
 
     def reads_of(self, k: int) -> list[ReadRecord]:
+        """Every read of turn ``k``'s task, by any attempt."""
         return [r for r in self.agent.reads if r.task_id == task_id(k)]
 
     def object(self, key: str) -> Any:
@@ -361,23 +440,28 @@ class World:
             lines.append(
                 (p.start.seq, f"{p.start.at:9.3f} #{p.start.seq} put {p.key} ({p.op.kind}) {end}")
             )
-        for t in self.turns:
+        several = len(self.attempts) > 1
+        for attempt in self.attempts:
+            who = f"{attempt.name}: " if several else ""
+            for t in attempt.turns:
+                for label, stamp in (
+                    ("entered", t.entered),
+                    (f"body ended: {short(t.body_exit)}", t.body_end),
+                    (f"block exited: {short(t.block_exit)}", t.exited),
+                ):
+                    if stamp is not None:
+                        line = f"{stamp.at:9.3f} #{stamp.seq} {who}{turn_id(t.index)} {label}"
+                        lines.append((stamp.seq, line))
+            resumes = " (resume=True)" if attempt.script.resume else ""
+            how = "ends the step" if attempt.final else f"stops: {attempt.script.stopped}"
             for label, stamp in (
-                ("entered", t.entered),
-                (f"body ended: {short(t.body_exit)}", t.body_end),
-                (f"block exited: {short(t.block_exit)}", t.exited),
+                (f"{attempt.name} starts{resumes}, {how}" if several else "", attempt.start),
+                ("second cancel", attempt.second_cancelled),
+                ("turns exited", attempt.turns_exit),
+                (f"step exited: {attempt.outcome}", attempt.step_exit),
             ):
-                if stamp is not None:
-                    lines.append(
-                        (stamp.seq, f"{stamp.at:9.3f} #{stamp.seq} {turn_id(t.index)} {label}")
-                    )
-        for label, stamp in (
-            ("second cancel", self.second_cancelled),
-            ("turns exited", self.turns_exit),
-            (f"step exited: {self.outcome}", self.step_exit),
-        ):
-            if stamp is not None:
-                lines.append((stamp.seq, f"{stamp.at:9.3f} #{stamp.seq} {label}"))
+                if stamp is not None and label:
+                    lines.append((stamp.seq, f"{stamp.at:9.3f} #{stamp.seq} {who}{label}"))
         lines.sort()
         extra = [f"released: {self.release_reason}"] if self.released else []
         return "\n".join([line for _, line in lines] + extra)
