@@ -43,11 +43,11 @@ from ._reader import StoredEvent as StoredEvent
 from ._reader import TurnEnd as TurnEnd
 from ._reader import read_live_trajectory as read_live_trajectory
 from ._step import LiveTurns as LiveTurns
+from ._step import following_live_trajectory as following_live_trajectory
 from ._stores import FilesystemStore as FilesystemStore
 from ._stores import MemoryStore as MemoryStore
 from ._stores import ObjectStore as ObjectStore
 from ._turns import LiveTurn as LiveTurn
-from ._turns import following_live_trajectory as following_live_trajectory
 from ._wire import TrajectoryBatch as TrajectoryBatch
 from ._wire import TrajectoryState as TrajectoryState
 

@@ -6,7 +6,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ._errors import ObjectConflictError, ObjectExistsError, UsageError
-from ._layout import JSON, JSONL, EndMark, MetaMark, NextLink, TurnKeys, encode_events
+from ._layout import JSON, JSONL, EndMark, MetaMark, NextLink, TaskMark, TurnKeys, encode_events
 from ._stores import check_same_bytes
 
 if TYPE_CHECKING:
@@ -21,16 +21,28 @@ class LiveTrajectoryChunks:
 
     Call it with each :class:`TrajectoryBatch` in order; :meth:`end` writes the
     end mark. ``stored_next`` only moves once a chunk is written, so the end
-    mark never claims an event that is not stored.
+    mark never claims an event that is not stored. Given ``task``, the sink
+    writes ``task.json`` before any other object of the turn; ``stored_next``
+    and ``format`` let it continue a turn already stored (a resume).
     """
 
-    def __init__(self, store: ObjectStore, prefix_key: str, turn_id: str) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        prefix_key: str,
+        turn_id: str,
+        *,
+        task: TaskMark | None = None,
+        stored_next: int = 0,
+        format: str | None = None,
+    ) -> None:
         self._store = store
         self._keys = TurnKeys(prefix_key, turn_id)
         self.turn_id = turn_id
-        self.stored_next = 0
-        self.format: str | None = None
+        self.stored_next = stored_next
+        self.format = format
         self.final_state: TrajectoryState | None = None
+        self._task = task
         self._ended = False
 
     @property
@@ -50,6 +62,7 @@ class LiveTrajectoryChunks:
                 f"turn {self.turn_id!r}: batch starts at {batch.after}, "
                 f"but {self.stored_next} events are stored; chunks must be contiguous"
             )
+        await self._store_task()
         if batch.format is not None:
             await self._store_format(batch.format)
         if batch.events:
@@ -59,14 +72,24 @@ class LiveTrajectoryChunks:
         if batch.last:
             self.final_state = batch.state
 
-    async def end(self, state: TrajectoryState, complete: bool = False) -> None:
+    async def end(self, state: TrajectoryState, complete: bool | None = None) -> None:
         """Write the end mark: the turn's state, how many events are stored, and if all are.
 
-        ``complete``: the terminal page was stored, so every event of the task is.
+        ``complete``: the terminal page was stored, so every event of the task is;
+        by default, whether this sink was handed the last batch.
         """
+        await self._store_task()
+        if complete is None:
+            complete = self.final_state is not None
         mark = EndMark(state, self.stored_next, complete)
         await self._put(self._keys.end, mark.encode(), JSON)
         self._ended = True
+
+    async def _store_task(self) -> None:
+        # Whose turn it is goes first: no reader or resume ever sees a chunk without it.
+        if self._task is not None:
+            await self._put(self._keys.task, self._task.encode(), JSON)
+            self._task = None
 
     async def _store_format(self, fmt: str) -> None:
         if self.format is None:

@@ -209,7 +209,7 @@ async def _follow_and_print(
     async with anyio.create_task_group() as tg:
         printed = anyio.Event()
         # What is printed is what was stored: the tail of the same turn.
-        tg.start_soon(_print_then_set, store, keys, printed)
+        tg.start_soon(_print_then_set, store, keys, task_id, printed)
         try:
             async with LiveTurns(
                 endpoint, store, keys.prefix_key, poll_interval_seconds=args.poll, resume=True
@@ -241,8 +241,18 @@ async def _follow_and_print(
     return task
 
 
-async def _print_then_set(store: ObjectStore, keys: TurnKeys, done: anyio.Event) -> None:
-    await _print_events(store, keys.prefix_key, keys.turn_id, 0.05, with_turns=False)
+async def _print_then_set(
+    store: ObjectStore, keys: TurnKeys, task_id: str, done: anyio.Event
+) -> None:
+    # Only this task's turn is printed: a store is polled (it has no events to wait
+    # on) until the turn's task.json says whose it is.
+    while True:
+        task = (await read_stored_turn(store, keys)).task
+        if task is not None:
+            break
+        await anyio.sleep(0.05)
+    if task.task_id == task_id:
+        await _print_events(store, keys.prefix_key, keys.turn_id, 0.05, with_turns=False)
     done.set()
 
 

@@ -257,6 +257,8 @@ class _Report:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.problems: list[str] = []
+        # Marked incomplete is a promise kept (the agent failed, the store says so).
+        self.incomplete: list[str] = []
 
     @property
     def ok(self) -> bool:
@@ -264,9 +266,15 @@ class _Report:
 
     @property
     def verdict(self) -> str:
-        if self.ok:
-            return "every followed turn is stored, contiguous, linked and ended"
-        return "PROBLEMS: " + "; ".join(self.problems)
+        if not self.ok:
+            return "PROBLEMS: " + "; ".join(self.problems)
+        verdict = "every followed turn is stored, contiguous, linked and ended"
+        if self.incomplete:
+            verdict += (
+                f"; INCOMPLETE: {', '.join(self.incomplete)} (marked so: the agent's task "
+                "was not read to its end)"
+            )
+        return verdict
 
 
 async def _summarise(store: ObjectStore, prefix: str, turn_ids: list[str]) -> _Report:
@@ -293,7 +301,7 @@ async def _summarise(store: ObjectStore, prefix: str, turn_ids: list[str]) -> _R
         elif mark.next > stored:
             report.problems.append(f"{turn_id}: end mark says {mark.next}, {stored} stored")
         elif mark.complete is False:
-            report.problems.append(f"{turn_id}: incomplete, the task was not read to its end")
+            report.incomplete.append(turn_id)
         link = turn.link.turn if turn.link is not None else None
         report.lines.append(
             f"{turn_id}: {stored} events in {len(turn.chunks)} chunks, "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
@@ -154,6 +155,11 @@ class TaskMark:
     task_id: str
     endpoint: str
     started_at: str  # RFC 3339, UTC
+
+    @classmethod
+    def started_now(cls, task_id: str, endpoint: str) -> TaskMark:
+        now = datetime.now(UTC).isoformat(timespec="milliseconds")
+        return cls(task_id, endpoint, now.replace("+00:00", "Z"))
 
     def encode(self) -> bytes:
         return encode_json(

@@ -1,4 +1,4 @@
-"""A step's turns, linked in order, and the client they share.
+"""A step's turns, linked in order, and the client they share; or a lone turn.
 
 The turns' blocks (``_turns``) own the tasks; this module only orders the turns,
 marks the step's last one, and releases what the turns shared.
@@ -14,6 +14,7 @@ import attrs
 
 from ._chunks import write_next_turn
 from ._clients import leased_client
+from ._endings import bounded_cleanup
 from ._errors import TurnStateError
 from ._keys import check_prefix
 from ._layout import TurnKeys
@@ -23,7 +24,7 @@ from ._options import (
     DEFAULT_READ_TIMEOUT_SECONDS,
     FollowOptions,
 )
-from ._turns import TurnChain, bounded_cleanup, open_turn
+from ._turns import TurnChain, open_turn
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -33,6 +34,47 @@ if TYPE_CHECKING:
 
     from ._stores import ObjectStore
     from ._turns import LiveTurn
+
+
+def following_live_trajectory(
+    endpoint: str,
+    store: ObjectStore,
+    prefix_key: str,
+    turn_id: str,
+    *,
+    poll_interval_seconds: float,
+    previous_turn_id: str | None = None,
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS,
+    client: httpx.AsyncClient | None = None,
+    read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
+    max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+    resume: bool = False,
+) -> AbstractAsyncContextManager[LiveTurn]:
+    """Follow one turn's live trajectory for the duration of an ``async with`` block.
+
+    Yields a :class:`LiveTurn`. When the body returns, the follower drains for at
+    most ``drain_seconds``; when it raises or is cancelled, the follower is
+    cancelled at once and the body's exception or cancel comes out as itself.
+    Either way the turn's end mark (and the link from ``previous_turn_id``) is
+    written, shielded and bounded, unless the turn was handed off.
+
+    A turn the store already holds raises :class:`~follower.TurnExistsError`
+    on entry, unless ``resume`` is true: then ``follow()`` of the same task
+    continues after its last stored chunk, and another task's turn raises
+    :class:`~follower.TurnConflictError`.
+    """
+    options = FollowOptions(
+        poll_interval_seconds=poll_interval_seconds,
+        drain_seconds=drain_seconds,
+        client=client,
+        read_timeout_seconds=read_timeout_seconds,
+        max_page_bytes=max_page_bytes,
+    )
+    if previous_turn_id is not None:
+        TurnKeys(prefix_key, previous_turn_id)  # refused now, not at the first link
+    keys = TurnKeys(prefix_key, turn_id)
+    chain = TurnChain(previous_turn_id)
+    return open_turn(endpoint, store, keys, options=options, chain=chain, resume=resume)
 
 
 class LiveTurns:

@@ -10,13 +10,19 @@ no outcome of the step is replaced and no follower outlives the block.
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
 
-from ._chunks import LiveTrajectoryChunks, put_once, write_next_turn
+from ._chunks import LiveTrajectoryChunks, write_next_turn
+from ._endings import (
+    CLEANUP_SECONDS,
+    bounded_cleanup,
+    is_cancellation,
+    is_stopped_from_outside,
+    leaves,
+)
 from ._errors import (
     InvalidArgumentError,
     StoreError,
@@ -25,58 +31,20 @@ from ._errors import (
     TurnStateError,
 )
 from ._follow import FollowProgress, follow_task
-from ._layout import JSON, TaskMark, TurnKeys
-from ._options import (
-    DEFAULT_DRAIN_SECONDS,
-    DEFAULT_MAX_PAGE_BYTES,
-    DEFAULT_READ_TIMEOUT_SECONDS,
-    FollowOptions,
-)
+from ._layout import TaskMark, TurnKeys
 from ._stored_turn import StoredTurn, read_stored_turn
 from ._wire import TrajectoryState
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
     from contextlib import AbstractAsyncContextManager
     from types import TracebackType
 
-    import httpx
-
+    from ._options import (
+        FollowOptions,
+    )
     from ._stores import ObjectStore
 
 logger = logging.getLogger("follower")
-
-CLEANUP_WRITE_SECONDS = 5.0
-CLEANUP_SECONDS = 10.0
-
-
-def is_cancellation(exc: BaseException | None) -> bool:
-    """Whether ``exc`` is the backend's cancel (or a group of nothing else)."""
-    cancelled = anyio.get_cancelled_exc_class()
-    if isinstance(exc, BaseExceptionGroup):
-        return all(is_cancellation(e) for e in exc.exceptions)
-    return isinstance(exc, cancelled)
-
-
-def is_stopped_from_outside(exc: BaseException | None) -> bool:
-    """A cancel, or Ctrl-C: the step was stopped, it did not fail."""
-    if isinstance(exc, BaseExceptionGroup):
-        return all(is_stopped_from_outside(e) for e in exc.exceptions)
-    return is_cancellation(exc) or isinstance(exc, KeyboardInterrupt)
-
-
-async def bounded_cleanup(what: str, write: Callable[[], Awaitable[None]]) -> bool:
-    """Run one cleanup write within its bound; log, never raise, if it fails."""
-    with anyio.move_on_after(CLEANUP_WRITE_SECONDS) as scope:
-        try:
-            await write()
-        except Exception:
-            logger.exception("%s failed", what)
-            return False
-        return True
-    if scope.cancelled_caught:
-        logger.error("%s did not finish within %s s", what, CLEANUP_WRITE_SECONDS)
-    return False
 
 
 class TurnChain:
@@ -149,6 +117,8 @@ class LiveTurn:
 class _TurnBlock:
     """The async context manager behind :func:`following_live_trajectory`."""
 
+    _sink_class = LiveTrajectoryChunks
+
     def __init__(
         self,
         endpoint: str,
@@ -174,7 +144,7 @@ class _TurnBlock:
         self._chain = chain
         self._linked_from: str | None = None
         self._link_landed = False
-        self._sink = LiveTrajectoryChunks(store, keys.prefix_key, keys.turn_id)
+        self._sink: LiveTrajectoryChunks | None = None
         self._stop = anyio.Event()
         self._follower_done = anyio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
@@ -194,6 +164,7 @@ class _TurnBlock:
         if self._stored is not None:
             self._check_resumable(self._stored, task_id)
         self.task_id = task_id
+        self._sink = self._new_sink(task_id)
         self._linked_from = self._chain.followed(self.turn_id)
         # A resumed turn that has its end mark is done: nothing more is read.
         self._has_follower = self._stored is None or self._stored.end is None
@@ -221,26 +192,32 @@ class _TurnBlock:
                 "cannot be told, so it is not resumed"
             )
 
+    def _new_sink(self, task_id: str) -> LiveTrajectoryChunks:
+        """The turn's sink: a new turn's first writes say whose it is; a resumed one continues."""
+        prefix, turn = self.keys.prefix_key, self.turn_id
+        if self._stored is None:
+            task = TaskMark.started_now(task_id, self.endpoint)
+            return self._sink_class(self.store, prefix, turn, task=task)
+        stored = self._stored
+        return self._sink_class(
+            self.store, prefix, turn, stored_next=stored.contiguous_next, format=stored.format
+        )
+
     def _start_follower(self, task_id: str) -> None:
         assert self._tg is not None
         self._tg.start_soon(self._run_follower, task_id, name=f"follower {self.turn_id}")
 
     async def _run_follower(self, task_id: str) -> None:
         try:
-            after = 0
-            if self._stored is None:
-                task = TaskMark(task_id, self.endpoint, _now_rfc3339())
-                await put_once(self.store, self.keys.task, task.encode(), content_type=JSON)
-            else:
-                after = self._sink.stored_next = self._stored.contiguous_next
-                self._sink.format = self._stored.format
+            sink = self._sink
+            assert sink is not None
             await follow_task(
                 self.endpoint,
                 task_id,
-                self._sink,
+                sink,
                 stop=self._stop,
                 options=self._options,
-                after=after,
+                after=sink.stored_next,
                 progress=self.progress,
             )
         except Exception:
@@ -339,18 +316,18 @@ class _TurnBlock:
             # exception and cancels. Anything else is a bug: never hide it. (Compare
             # leaves: a backend may rebuild the body's own group around them.)
             # Ctrl-C is delivered on trio inside whichever task runs: a follower's too.
-            body_leaves = {id(leaf) for leaf in _leaves(exc)}
-            leaves = _leaves(group)
+            body_leaves = {id(leaf) for leaf in leaves(exc)}
+            group_leaves = leaves(group)
             if not all(
                 id(leaf) in body_leaves or isinstance(leaf, cancelled | KeyboardInterrupt)
-                for leaf in leaves
+                for leaf in group_leaves
             ):
                 raise
-            for leaf in leaves:
+            for leaf in group_leaves:
                 if isinstance(leaf, KeyboardInterrupt) and id(leaf) not in body_leaves:
                     raise leaf from None
             if exc is None:
-                raise leaves[0] from None
+                raise group_leaves[0] from None
         except BaseException as raised:
             if raised is not exc and not (isinstance(raised, cancelled) and is_cancellation(exc)):
                 raise
@@ -358,9 +335,11 @@ class _TurnBlock:
     async def _cleanup(self, exc: BaseException | None) -> None:
         with anyio.move_on_after(CLEANUP_SECONDS, shield=True):
             if self._marks_its_end:
+                sink = self._sink
+                assert sink is not None
                 state, complete = self._end_state(exc), self.progress.complete
                 await bounded_cleanup(
-                    f"turn {self.turn_id}: end mark", lambda: self._sink.end(state, complete)
+                    f"turn {self.turn_id}: end mark", lambda: sink.end(state, complete)
                 )
             if self._linked_from is not None and not self._link_landed:
                 await self._write_link()
@@ -380,59 +359,6 @@ class _TurnBlock:
         if exc is not None and is_stopped_from_outside(exc):
             return TrajectoryState.CANCELED
         return TrajectoryState.FAILED
-
-
-def _now_rfc3339() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _leaves(exc: BaseException | None) -> list[BaseException]:
-    if exc is None:
-        return []
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]
-
-
-def following_live_trajectory(
-    endpoint: str,
-    store: ObjectStore,
-    prefix_key: str,
-    turn_id: str,
-    *,
-    poll_interval_seconds: float,
-    previous_turn_id: str | None = None,
-    drain_seconds: float = DEFAULT_DRAIN_SECONDS,
-    client: httpx.AsyncClient | None = None,
-    read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
-    max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
-    resume: bool = False,
-) -> AbstractAsyncContextManager[LiveTurn]:
-    """Follow one turn's live trajectory for the duration of an ``async with`` block.
-
-    Yields a :class:`LiveTurn`. When the body returns, the follower drains for at
-    most ``drain_seconds``; when it raises or is cancelled, the follower is
-    cancelled at once and the body's exception or cancel comes out as itself.
-    Either way the turn's end mark (and the link from ``previous_turn_id``) is
-    written, shielded and bounded, unless the turn was handed off.
-
-    A turn the store already holds raises :class:`~follower.TurnExistsError`
-    on entry, unless ``resume`` is true: then ``follow()`` of the same task
-    continues after its last stored chunk, and another task's turn raises
-    :class:`~follower.TurnConflictError`.
-    """
-    options = FollowOptions(
-        poll_interval_seconds=poll_interval_seconds,
-        drain_seconds=drain_seconds,
-        client=client,
-        read_timeout_seconds=read_timeout_seconds,
-        max_page_bytes=max_page_bytes,
-    )
-    if previous_turn_id is not None:
-        TurnKeys(prefix_key, previous_turn_id)  # refused now, not at the first link
-    keys = TurnKeys(prefix_key, turn_id)
-    chain = TurnChain(previous_turn_id)
-    return open_turn(endpoint, store, keys, options=options, chain=chain, resume=resume)
 
 
 def open_turn(

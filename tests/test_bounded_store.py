@@ -14,6 +14,7 @@ import anyio
 import anyio.from_thread
 import pytest
 
+import follower._endings
 import follower._turns
 from follower import FilesystemStore, LiveTurns
 
@@ -54,8 +55,9 @@ def released() -> Iterator[threading.Event]:
 
 @pytest.fixture(autouse=True)
 def short_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(follower._turns, "CLEANUP_WRITE_SECONDS", WRITE_BOUND_SECONDS)
+    monkeypatch.setattr(follower._endings, "CLEANUP_WRITE_SECONDS", WRITE_BOUND_SECONDS)
     monkeypatch.setattr(follower._turns, "CLEANUP_SECONDS", CLEANUP_BOUND_SECONDS)
+    monkeypatch.setattr(follower._endings, "CLEANUP_SECONDS", CLEANUP_BOUND_SECONDS)
 
 
 @pytest.mark.parametrize("ending", ["returns", "raises", "cancelled"])

@@ -66,7 +66,8 @@ SMALL_DEMO = ["--events", str(DEMO_EVENTS), "--interval", "0.01"]
 # The demo's own events, padding aside (the demo pads them; the content is the script's).
 SCRIPT = TaskScript()
 SUMMARY_TURN = re.compile(
-    r"^  (turn-\d+): (?:not run|(\d+) events in (\d+) chunks, ended (\w+), next turn: (\S+))$",
+    r"^  (turn-\d+): (?:not run|(\d+) events in (\d+) chunks, ended (\w+)(, incomplete)?, "
+    r"next turn: (\S+))$",
     re.MULTILINE,
 )
 
@@ -231,7 +232,8 @@ def check_demo_summary(result: subprocess.CompletedProcess[str], store: Path) ->
     """The demo exited 0 with its verdict, and its summary says what the files hold."""
     assert result.returncode == EXIT_OK, result.stderr
     lines = result.stdout.splitlines()
-    assert VERDICT in lines, result.stdout
+    verdicts = [line for line in lines if line.startswith(VERDICT)]
+    assert len(verdicts) == 1, result.stdout
     step = only_step(store)
     stored_under = re.search(r"^stored under (.+)$", result.stdout, re.MULTILINE)
     assert stored_under is not None, result.stdout
@@ -240,7 +242,8 @@ def check_demo_summary(result: subprocess.CompletedProcess[str], store: Path) ->
     by_id = {turn.turn_id: turn for turn in turns}
     reported = SUMMARY_TURN.findall(result.stdout)
     assert [turn_id for turn_id, *_ in reported] == DEMO_TURNS, result.stdout
-    for turn_id, events, chunks, state, link in reported:
+    incomplete = []
+    for turn_id, events, chunks, state, said_incomplete, link in reported:
         if not events:  # "not run"
             assert turn_id not in by_id
             continue
@@ -250,7 +253,15 @@ def check_demo_summary(result: subprocess.CompletedProcess[str], store: Path) ->
         assert turn.end is not None
         assert turn.next_turn is not None
         assert state == turn.end["state"]
+        assert bool(said_incomplete) == (turn.end["complete"] is False)
         assert link == (turn.next_turn["turn"] or "(last)")
+        if said_incomplete:
+            incomplete.append(turn_id)
+    # The verdict names every turn stored incomplete, and only those.
+    if incomplete:
+        assert verdicts[0].startswith(f"{VERDICT}; INCOMPLETE: {', '.join(incomplete)} ")
+    else:
+        assert verdicts == [VERDICT]
     total = sum(len(turn.events) for turn in turns)
     assert f"  read back: {total} events across {len(turns)} turns" in lines
     for turn in turns:
@@ -275,7 +286,7 @@ def test_demo_stores_three_linked_ended_turns(demo: DemoRun) -> None:
         {"turn": None},
     ]
     for turn in turns:
-        assert turn.end == {"state": "completed", "next": DEMO_EVENTS}
+        assert turn.end == {"state": "completed", "next": DEMO_EVENTS, "complete": True}
         assert turn.meta == {"format": SCRIPT.format}
         assert len(turn.events) == DEMO_EVENTS
 
@@ -399,11 +410,14 @@ def follow_args(backend: str, url: str, *args: str) -> list[str]:
     return ["--backend", backend, "follow", url, "--poll", "0.05", *args]
 
 
-def assert_ended(result: subprocess.CompletedProcess[str], task_id: str = r"\S+") -> None:
+def assert_ended(result: subprocess.CompletedProcess[str], task_id: str = r"\S+") -> str:
+    """The run says its task first (to resume it by), then how it ended; its id."""
     assert result.returncode == EXIT_OK, result.stderr
-    assert re.fullmatch(rf"follower: task {task_id} ended completed\n", result.stderr), (
-        result.stderr
+    said = re.fullmatch(
+        rf"follower: task ({task_id})\nfollower: task \1 ended completed\n", result.stderr
     )
+    assert said, result.stderr
+    return said.group(1)
 
 
 async def test_follow_a_message_prints_each_event_as_a_json_line(
@@ -433,7 +447,7 @@ async def test_follow_a_message_also_stores_it(anyio_backend: str, tmp_path: Pat
     assert json_lines(result.stdout) == script_events(agent.script)
     [turn] = read_linked_turns(tmp_path / "out" / "run", "t1")
     assert turn.events == script_events(agent.script)
-    assert turn.end == {"state": "completed", "next": agent.script.events}
+    assert turn.end == {"state": "completed", "next": agent.script.events, "complete": True}
     assert turn.next_turn == {"turn": None}
 
 
@@ -448,9 +462,10 @@ async def test_follow_a_running_task_to_its_end(anyio_backend: str, tmp_path: Pa
             )
     assert_ended(result, re.escape(task_id))
     assert json_lines(result.stdout) == script_events(agent.script)
-    [turn] = read_linked_turns(tmp_path / "out" / "follow", "turn-1")
+    # By default each task has a prefix of its own, so runs never mix.
+    [turn] = read_linked_turns(tmp_path / "out" / "follow" / task_id, "turn-1")
     assert turn.events == script_events(agent.script)
-    assert turn.end == {"state": "completed", "next": agent.script.events}
+    assert turn.end == {"state": "completed", "next": agent.script.events, "complete": True}
     assert agent.statistics().tasks == 1  # followed, not started again
 
 
@@ -516,8 +531,13 @@ async def test_follow_interrupted_ends_its_turn_and_cancels_the_task(
                 follow_args(anyio_backend, url, "--message", "hi", "--store", "out"), tmp_path
             )
     # The turn is still closed properly: ended and marked last, and the agent was told.
-    [turn] = read_linked_turns(tmp_path / "out" / "follow", "turn-1")
+    said = re.match(r"follower: task (\S+)\n", run.stderr)
+    assert said, run.stderr  # the task is named first, so the run can be resumed
+    [turn] = read_linked_turns(tmp_path / "out" / "follow" / said.group(1), "turn-1")
     assert turn.next_turn == {"turn": None}
+    assert turn.end is not None
+    assert turn.end["state"] == "canceled"
+    assert turn.end["complete"] is False
     assert turn.events == [agent.script.event(i) for i in range(len(turn.events))]
     printed = json_lines(run.first_line + "\n" + run.stdout)
     assert printed == turn.events[: len(printed)]

@@ -78,7 +78,7 @@ async def test_follow_task_past_its_deadline_cancels_the_task(
     message = assert_one_line_error(result, EXIT_ERROR)
     assert message == f"task {task_id} did not end within 0.5 s"
     assert agent.statistics().canceled_tasks == 1
-    assert_closed(tmp_path / "out" / "follow")
+    assert_closed(tmp_path / "out" / "follow" / task_id)
 
 
 async def test_follow_task_interrupted_cancels_the_task(anyio_backend: str, tmp_path: Path) -> None:
@@ -90,7 +90,7 @@ async def test_follow_task_interrupted_cancels_the_task(anyio_backend: str, tmp_
                 follow_task_args(anyio_backend, url, task_id, "--store", "out"), tmp_path
             )
     assert agent.statistics().canceled_tasks == 1
-    turn = assert_closed(tmp_path / "out" / "follow")
+    turn = assert_closed(tmp_path / "out" / "follow" / task_id)
     printed = json_lines(run.first_line + "\n" + run.stdout)
     assert printed == turn.events[: len(printed)]
     assert_no_traceback(run)

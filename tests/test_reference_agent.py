@@ -438,7 +438,7 @@ async def test_a_cancelled_step_cancels_the_agents_task() -> None:
         stored = await stored_events(store)
     assert step.cancelled_caught
     assert agent.statistics().canceled_tasks == 1
-    assert end == {"state": "canceled", "next": len(stored)}
+    assert end == {"state": "canceled", "next": len(stored), "complete": False}
     assert indexes(stored) == list(range(6))  # events 0..5 were out by 5.25 s
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 
 from follower import (
     FilesystemStore,
+    LiveTurn,
     LiveTurns,
     MemoryStore,
     ObjectStore,
@@ -91,9 +93,13 @@ def turns_of(agent: ScriptedAgent, store: ObjectStore, **options: Any) -> LiveTu
 
 
 @asynccontextmanager
-async def first_attempt(
-    agent: ScriptedAgent, store: ObjectStore, events: range
-) -> AsyncIterator[None]:
+async def resumed(agent: ScriptedAgent, store: ObjectStore) -> AsyncIterator[LiveTurn]:
+    """The first turn of a retried step: the same turns, resumed from the store."""
+    async with turns_of(agent, store, resume=True) as turns, turns.following("turn-1") as turn:
+        yield turn
+
+
+async def first_attempt(agent: ScriptedAgent, store: ObjectStore, events: range) -> None:
     """A step whose first turn stores ``events`` of task t1, then is cancelled and hands off."""
     agent.add_task("t1")
     with anyio.CancelScope() as scope:
@@ -104,7 +110,6 @@ async def first_attempt(
                 await agent.wait_reads(len(agent.reads) + 1)
             turns.hand_off()  # a worker shutting down: the step will be retried
             scope.cancel()
-    yield
 
 
 async def stored_count(store: ObjectStore, turn: str) -> int:
@@ -168,21 +173,22 @@ async def test_resume_after_a_hand_off_stores_every_event_exactly_once(
 ) -> None:
     agent = ScriptedAgent(page_limit=3)
     with anyio.fail_after(60):
-        async with first_attempt(agent, store, range(5)):
-            pass
+        await first_attempt(agent, store, range(5))
         assert live("turn-1") + "end.json" not in await snapshot(store)
         assert not await store.list(live("turn-1") + "next.json")
         reads_before = len(agent.reads)
         agent.publish("t1", *range(5, 12))
         agent.finish("t1")
-        async with turns_of(agent, store, resume=True) as turns:
-            async with turns.following("turn-1") as turn:
-                turn.follow("t1")
-                turn.ended("completed")
+        async with (
+            turns_of(agent, store, resume=True) as turns,
+            turns.following("turn-1") as turn,
+        ):
+            turn.follow("t1")
+            turn.ended("completed")
     assert agent.reads[reads_before].after == 5, "the retry reads on after the stored chunks"
     ranges = await chunk_ranges(store, "turn-1")
     assert ranges[0][0] == 0
-    assert all(a == n for (_, n), (a, _) in zip(ranges, ranges[1:], strict=False))
+    assert all(a == n for (_, n), (a, _) in pairwise(ranges))
     assert await load(store, live("turn-1") + "end.json") == {
         "state": "completed",
         "next": 12,
@@ -197,14 +203,12 @@ async def test_resume_after_a_crash_continues_the_stored_chunks(store: ObjectSto
     # A dead worker leaves task.json and chunks, and no end mark: the same as a hand-off.
     agent = ScriptedAgent()
     with anyio.fail_after(60):
-        async with first_attempt(agent, store, range(3)):
-            pass
+        await first_attempt(agent, store, range(3))
         crashed = await snapshot(store)
         agent.publish("t1", "x", "y")
         agent.finish("t1", TrajectoryState.FAILED)
-        async with turns_of(agent, store, resume=True) as turns:
-            async with turns.following("turn-1") as turn:
-                turn.follow("t1")
+        async with resumed(agent, store) as turn:
+            turn.follow("t1")
     after = await snapshot(store)
     assert all(after[key] == body for key, body in crashed.items()), "nothing stored is touched"
     assert events_of(await read_step(store), "turn-1") == [0, 1, 2, "x", "y"]
@@ -220,14 +224,12 @@ async def test_resume_against_an_agent_that_restarted_ends_incomplete(
 ) -> None:
     agent = ScriptedAgent()
     with anyio.fail_after(60):
-        async with first_attempt(agent, store, range(4)):
-            pass
+        await first_attempt(agent, store, range(4))
         agent.forget()  # the agent restarted: the task is unknown (404)
-        async with turns_of(agent, store, resume=True) as turns:
-            async with turns.following("turn-1") as turn:
-                turn.follow("t1")
-                await agent.wait_reads(len(agent.reads) + 1)
-                turn.ended("completed")
+        async with resumed(agent, store) as turn:
+            turn.follow("t1")
+            await agent.wait_reads(len(agent.reads) + 1)
+            turn.ended("completed")
     assert await load(store, live("turn-1") + "end.json") == {
         "state": "completed",
         "next": 4,
@@ -283,14 +285,12 @@ async def test_resuming_another_tasks_turn_conflicts_and_writes_nothing(
 ) -> None:
     agent = ScriptedAgent()
     with anyio.fail_after(60):
-        async with first_attempt(agent, store, range(2)):
-            pass
+        await first_attempt(agent, store, range(2))
         before = await snapshot(store)
         agent.add_task("t-other")
-        async with turns_of(agent, store, resume=True) as turns:
-            async with turns.following("turn-1") as turn:
-                with pytest.raises(TurnConflictError, match="t1"):
-                    turn.follow("t-other")
+        async with resumed(agent, store) as turn:
+            with pytest.raises(TurnConflictError, match="t1"):
+                turn.follow("t-other")
     assert await snapshot(store) == before
 
 
@@ -299,10 +299,9 @@ async def test_a_stored_turn_without_task_json_is_not_resumed(store: ObjectStore
     agent = ScriptedAgent()
     agent.add_task("t1")
     with anyio.fail_after(30):
-        async with turns_of(agent, store, resume=True) as turns:
-            async with turns.following("turn-1") as turn:
-                with pytest.raises(TurnConflictError, match=r"no task\.json"):
-                    turn.follow("t1")
+        async with resumed(agent, store) as turn:
+            with pytest.raises(TurnConflictError, match=r"no task\.json"):
+                turn.follow("t1")
     assert list(await snapshot(store)) == [live("turn-1") + "00000000-00000001.jsonl"]
 
 
@@ -319,17 +318,19 @@ async def test_a_hand_off_writes_no_end_mark_and_no_null_link(
     agent.publish("t1", "a", "b")
     with anyio.fail_after(30), anyio.CancelScope() as scope:
         try:
-            async with turns_of(agent, store, drain_seconds=0.5) as turns:
-                async with turns.following("turn-1") as turn:
-                    turn.follow("t1")
-                    while await stored_count(store, "turn-1") < 2:
-                        await agent.wait_reads(len(agent.reads) + 1)
-                    (turn if who == "turn" else turns).hand_off()
-                    if ending == "raises":
-                        raise RuntimeError("will be retried")
-                    if ending == "cancelled":
-                        scope.cancel()
-                        await anyio.sleep_forever()
+            async with (
+                turns_of(agent, store, drain_seconds=0.5) as turns,
+                turns.following("turn-1") as turn,
+            ):
+                turn.follow("t1")
+                while await stored_count(store, "turn-1") < 2:
+                    await agent.wait_reads(len(agent.reads) + 1)
+                (turn if who == "turn" else turns).hand_off()
+                if ending == "raises":
+                    raise RuntimeError("will be retried")
+                if ending == "cancelled":
+                    scope.cancel()
+                    await anyio.sleep_forever()
         except RuntimeError:
             assert ending == "raises"
     names = [key.rsplit("/", 1)[1] for key in await store.list(live("turn-1"))]
@@ -396,13 +397,13 @@ async def test_ctrl_c_in_the_body_marks_the_turn_canceled_and_comes_out_as_itsel
     }
 
 
-async def test_ctrl_c_inside_a_followers_task_comes_out_as_itself(
-    anyio_backend: Any, store: ObjectStore
-) -> None:
-    # trio delivers Ctrl-C in whichever task runs at the signal: here, the follower's.
-    # (asyncio lets a task's KeyboardInterrupt out of the loop itself: trio only.)
-    if (anyio_backend[0] if isinstance(anyio_backend, tuple) else anyio_backend) != "trio":
-        pytest.skip("only trio delivers Ctrl-C inside a task")
+# trio delivers Ctrl-C in whichever task runs at the signal: here, the follower's.
+# asyncio lets a task's KeyboardInterrupt out of the event loop itself: trio only.
+@pytest.mark.parametrize(
+    "anyio_backend",
+    [p for p in [*virtual_time_backends(), "trio"] if "trio" in str(getattr(p, "id", p))],
+)
+async def test_ctrl_c_inside_a_followers_task_comes_out_as_itself(store: ObjectStore) -> None:
     agent = ScriptedAgent()
     agent.add_task("t1")
     agent.publish("t1", "a")
@@ -424,9 +425,11 @@ async def test_ctrl_c_inside_a_followers_task_comes_out_as_itself(
             return await self.inner.list(prefix)
 
     with anyio.fail_after(30), pytest.raises(KeyboardInterrupt) as caught:
-        async with turns_of(agent, InterruptedAtTheChunk(store)) as turns:
-            async with turns.following("turn-1") as turn:
-                turn.follow("t1")
-                await anyio.sleep_forever()
+        async with (
+            turns_of(agent, InterruptedAtTheChunk(store)) as turns,
+            turns.following("turn-1") as turn,
+        ):
+            turn.follow("t1")
+            await anyio.sleep_forever()
     assert caught.value is interrupt
     assert (await load(store, live("turn-1") + "end.json"))["state"] == "canceled"

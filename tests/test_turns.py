@@ -23,7 +23,7 @@ from follower import (
     read_live_trajectory,
 )
 from follower._clients import _shared_ssl_context, client_pool
-from follower._turns import CLEANUP_SECONDS
+from follower._endings import CLEANUP_SECONDS
 
 from .support.agents import ENDPOINT, ScriptedAgent
 from .support.stored import stored_turn
@@ -72,7 +72,11 @@ async def test_healthy_agent_every_event_stored_once_in_order() -> None:
             turn.ended("completed")
     assert await stored_events(store, "turn-1") == list(range(11))
     assert await load(store, live("turn-1") + "meta.json") == {"format": "agentenv/v1"}
-    assert await load(store, live("turn-1") + "end.json") == {"state": "completed", "next": 11}
+    assert await load(store, live("turn-1") + "end.json") == {
+        "state": "completed",
+        "next": 11,
+        "complete": True,
+    }
     # Chunks are one page each: at most page_limit events.
     chunks = (await stored_turn(store, PREFIX, "turn-1")).chunks
     assert all(next_ - after <= 3 for after, next_ in chunks)
@@ -100,7 +104,11 @@ async def test_agent_state_wins_over_the_reported_one() -> None:
         async with turn_block(agent, store) as turn:
             turn.follow("t1")
             turn.ended("completed")
-    assert await load(store, live("turn-1") + "end.json") == {"state": "failed", "next": 1}
+    assert await load(store, live("turn-1") + "end.json") == {
+        "state": "failed",
+        "next": 1,
+        "complete": True,
+    }
 
 
 async def test_body_returns_then_followers_drain_to_the_last_page() -> None:
@@ -120,7 +128,11 @@ async def test_body_returns_then_followers_drain_to_the_last_page() -> None:
                 turn.follow("t1")
                 await agent.wait_reads(1)
                 turn.ended("completed")
-    assert await load(store, live("turn-1") + "end.json") == {"state": "canceled", "next": 3}
+    assert await load(store, live("turn-1") + "end.json") == {
+        "state": "canceled",
+        "next": 3,
+        "complete": True,
+    }
     # After stop the pause between reads is 0.2 s, not the poll interval.
     assert agent.reads[2].at - agent.reads[1].at == pytest.approx(0.2)
 
@@ -136,7 +148,11 @@ async def test_drain_is_bounded_by_drain_seconds() -> None:
             turn.ended("completed")
             body_end = anyio.current_time()
         assert anyio.current_time() - body_end == pytest.approx(7.0, abs=0.3)
-    assert await load(store, live("turn-1") + "end.json") == {"state": "completed", "next": 1}
+    assert await load(store, live("turn-1") + "end.json") == {
+        "state": "completed",
+        "next": 1,
+        "complete": False,
+    }
 
 
 @pytest.mark.parametrize(
@@ -169,7 +185,11 @@ async def test_end_mark_priority(ending: str, reported: str | None, expected: st
                     await anyio.sleep_forever()
         except KeyError:
             assert ending == "raises"
-    assert await load(store, live("turn-1") + "end.json") == {"state": expected, "next": 1}
+    assert await load(store, live("turn-1") + "end.json") == {
+        "state": expected,
+        "next": 1,
+        "complete": False,
+    }
 
 
 async def test_404_ends_quietly_and_the_turn_is_marked(caplog: pytest.LogCaptureFixture) -> None:
@@ -183,7 +203,11 @@ async def test_404_ends_quietly_and_the_turn_is_marked(caplog: pytest.LogCapture
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "unknown" in warnings[0].getMessage()
-    assert await load(store, live("turn-1") + "end.json") == {"state": "failed", "next": 0}
+    assert await load(store, live("turn-1") + "end.json") == {
+        "state": "failed",
+        "next": 0,
+        "complete": False,
+    }
 
 
 async def test_400_is_logged_never_raised_and_the_turn_is_marked(
@@ -201,7 +225,11 @@ async def test_400_is_logged_never_raised_and_the_turn_is_marked(
     assert result == "body went on"
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert any("AgentRefusedError" in (r.exc_text or "") for r in errors)
-    assert await load(store, live("turn-1") + "end.json") == {"state": "completed", "next": 0}
+    assert await load(store, live("turn-1") + "end.json") == {
+        "state": "completed",
+        "next": 0,
+        "complete": False,
+    }
 
 
 async def test_5xx_is_retried_with_backoff_before_stop() -> None:
@@ -216,7 +244,11 @@ async def test_5xx_is_retried_with_backoff_before_stop() -> None:
             await agent.wait_reads(3)
     gaps = [b.at - a.at for a, b in zip(agent.reads, agent.reads[1:], strict=False)]
     assert gaps == [pytest.approx(7.0), pytest.approx(12.0)]
-    assert await load(store, live("turn-1") + "end.json") == {"state": "completed", "next": 1}
+    assert await load(store, live("turn-1") + "end.json") == {
+        "state": "completed",
+        "next": 1,
+        "complete": True,
+    }
 
 
 async def test_malformed_page_leaves_chunks_contiguous() -> None:
@@ -245,7 +277,11 @@ async def test_malformed_page_leaves_chunks_contiguous() -> None:
             await agent.wait_reads(2)
             turn.ended("completed")
     assert await stored_events(store, "turn-1") == ["a", "b"]
-    assert await load(store, live("turn-1") + "end.json") == {"state": "completed", "next": 2}
+    assert await load(store, live("turn-1") + "end.json") == {
+        "state": "completed",
+        "next": 2,
+        "complete": False,
+    }
 
 
 async def test_format_change_keeps_the_first(caplog: pytest.LogCaptureFixture) -> None:
@@ -332,7 +368,11 @@ async def test_cancelled_step_marks_its_last_turn_and_releases_its_client() -> N
                     await anyio.sleep_forever()
     assert outer.cancelled_caught
     assert await load(store, live("turn-1") + "next.json") == {"turn": "turn-2"}
-    assert await load(store, live("turn-2") + "end.json") == {"state": "canceled", "next": 0}
+    assert await load(store, live("turn-2") + "end.json") == {
+        "state": "canceled",
+        "next": 0,
+        "complete": False,
+    }
     assert await load(store, live("turn-2") + "next.json") == {"turn": None}
     assert client_pool().client_count == 0
 
@@ -374,7 +414,11 @@ async def test_failing_store_never_claims_unstored_events(hang: bool) -> None:
             body_end = anyio.current_time()
         assert anyio.current_time() - body_end <= 5.0 + 0.01
     assert await stored_events(store, "turn-1") == [1, 2]
-    assert await load(store, live("turn-1") + "end.json") == {"state": "completed", "next": 2}
+    assert await load(store, live("turn-1") + "end.json") == {
+        "state": "completed",
+        "next": 2,
+        "complete": False,
+    }
 
 
 @pytest.mark.parametrize("ending", ["returns", "raises", "cancelled"])
@@ -408,7 +452,11 @@ async def test_cancel_during_the_drain_propagates_and_marks_the_turn() -> None:
                 turn.follow("t1")
                 await agent.wait_reads(1)
         assert outer.cancelled_caught
-    assert await load(store, live("turn-1") + "end.json") == {"state": "canceled", "next": 1}
+    assert await load(store, live("turn-1") + "end.json") == {
+        "state": "canceled",
+        "next": 1,
+        "complete": False,
+    }
 
 
 async def test_the_body_exception_comes_out_as_itself_even_a_group() -> None:

@@ -60,7 +60,7 @@ async def test_a_task_is_stored_whole_and_in_order(afp_agent: RunningAgent) -> N
     assert indexes(served.events) == list(range(20))
     assert served.events == final
     assert stored.events == served.events
-    assert stored.end == {"state": "completed", "next": 20}
+    assert stored.end == {"state": "completed", "next": 20, "complete": True}
     assert stored.meta == {"format": FORMAT}
     assert stored.next_turn is None  # a lone turn, not through LiveTurns: no link
 
@@ -76,7 +76,7 @@ async def test_every_event_is_read_while_the_task_runs(afp_agent: RunningAgent) 
     assert served.state == "completed", afp_agent.log_tail()
     assert stored.chunks == [(i, i + 1) for i in range(events)]
     assert stored.events == served.events
-    assert stored.end == {"state": "completed", "next": events}
+    assert stored.end == {"state": "completed", "next": events, "complete": True}
 
 
 @pytest.mark.parametrize(
@@ -100,7 +100,7 @@ async def test_pages_the_agent_splits_are_stored_contiguously(
     assert indexes(stored.events) == indexes(served.events)
     assert stored.events == served.events
     assert all(next_ - after <= most_per_page for after, next_ in stored.chunks), stored.chunks
-    assert stored.end == {"state": "completed", "next": events}
+    assert stored.end == {"state": "completed", "next": events, "complete": True}
 
 
 async def test_a_failed_task_ends_failed(afp_agent: RunningAgent) -> None:
@@ -111,7 +111,7 @@ async def test_a_failed_task_ends_failed(afp_agent: RunningAgent) -> None:
     assert followed.state == "failed"
     assert served.state == "failed"
     assert stored.events == served.events
-    assert stored.end == {"state": "failed", "next": 3}
+    assert stored.end == {"state": "failed", "next": 3, "complete": True}
 
 
 async def test_a_step_that_cancels_its_task_stores_it_to_the_end(
@@ -136,7 +136,7 @@ async def test_a_step_that_cancels_its_task_stores_it_to_the_end(
     assert served.state == "canceled"
     assert 3 <= len(served.events) < 10_000
     assert stored.events == served.events
-    assert stored.end == {"state": "canceled", "next": len(served.events)}
+    assert stored.end == {"state": "canceled", "next": len(served.events), "complete": True}
 
 
 async def test_a_cancelled_step_leaves_its_task_canceled(afp_agent: RunningAgent) -> None:
@@ -164,7 +164,7 @@ async def test_a_cancelled_step_leaves_its_task_canceled(afp_agent: RunningAgent
             served = await agent.served(task_id)
             assert await agent.state(task_id) == "canceled"
     assert served.state == "canceled"
-    assert stored.end == {"state": "canceled", "next": len(stored.events)}
+    assert stored.end == {"state": "canceled", "next": len(stored.events), "complete": False}
     assert len(stored.events) >= 3
     assert stored.events == served.events[: len(stored.events)]
 
@@ -182,7 +182,7 @@ async def test_an_unknown_task_ends_following_quietly(afp_agent: RunningAgent) -
                 turn.follow("no-such-task")
             stored = await stored_turn(store, PREFIX, "turn-1")
     assert stored.chunks == []
-    assert stored.end == {"state": "failed", "next": 0}
+    assert stored.end == {"state": "failed", "next": 0, "complete": False}
 
 
 async def test_two_turns_in_one_context_are_linked_and_read_back(
@@ -215,8 +215,8 @@ async def test_two_turns_in_one_context_are_linked_and_read_back(
             second = await stored_turn(store, PREFIX, "turn-2")
     assert first.next_turn == {"turn": "turn-2"}
     assert second.next_turn == {"turn": None}
-    assert first.end == {"state": "completed", "next": 4}
-    assert second.end == {"state": "completed", "next": 6}
+    assert first.end == {"state": "completed", "next": 4, "complete": True}
+    assert second.end == {"state": "completed", "next": 6, "complete": True}
     assert read_back == [
         *(("turn-1", i, event) for i, event in enumerate(served[0].events)),
         *(("turn-2", i, event) for i, event in enumerate(served[1].events)),

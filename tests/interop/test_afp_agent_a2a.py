@@ -38,7 +38,7 @@ async def test_a_whole_turn_runs_to_completion(afp_agent: RunningAgent) -> None:
     assert served.state == "completed"
     assert len(served.events) == 12
     assert stored.events == served.events
-    assert stored.end == {"state": "completed", "next": 12}
+    assert stored.end == {"state": "completed", "next": 12, "complete": True}
     assert stored.next_turn == {"turn": None}
 
 
@@ -65,6 +65,6 @@ async def test_a_cancelled_whole_turn_cancels_the_agents_task(afp_agent: Running
             assert await reference.state(task_id) == "canceled"
             served = await reference.served(task_id)
     assert served.state == "canceled"
-    assert stored.end == {"state": "canceled", "next": len(stored.events)}
+    assert stored.end == {"state": "canceled", "next": len(stored.events), "complete": False}
     assert len(stored.events) >= 3
     assert stored.events == served.events[: len(stored.events)]

@@ -23,9 +23,9 @@ from follower import (
     run_a2a_turn,
 )
 from follower._a2a import CANCEL_TASK_SECONDS
+from follower._endings import CLEANUP_SECONDS
 from follower._exchange import POOL_WAIT_SECONDS
 from follower._step import LiveTurns
-from follower._turns import CLEANUP_SECONDS
 from follower.testing import Fault, ReferenceAgent, TaskScript
 
 from ..support.stored import stored_turn

@@ -109,7 +109,7 @@ async def test_agent_that_closes_every_connection(ending: str) -> None:
                     assert reads_after <= 1
                     assert exit_delay < 5.0
     expected = {"cancelled": "canceled", "raises": "failed", "returns": "completed"}[ending]
-    assert await end_mark(store) == {"state": expected, "next": 0}
+    assert await end_mark(store) == {"state": expected, "next": 0, "complete": False}
 
 
 async def test_raise_comes_out_as_itself_not_a_group() -> None:
@@ -137,7 +137,7 @@ async def test_raise_comes_out_as_itself_not_a_group() -> None:
     assert caught.value is error
     assert not isinstance(caught.value, BaseExceptionGroup)
     assert counter.started == reads_at_raise
-    assert await end_mark(store) == {"state": "failed", "next": 0}
+    assert await end_mark(store) == {"state": "failed", "next": 0, "complete": False}
 
 
 @pytest.mark.parametrize("ending", ["cancelled", "raises", "returns"])
@@ -168,4 +168,4 @@ async def test_agent_that_never_answers(ending: str) -> None:
                     assert exit_delay < drain + 2.0
             assert anyio.current_time() - start < 10.0
     expected = {"cancelled": "canceled", "raises": "failed", "returns": "completed"}[ending]
-    assert await end_mark(store) == {"state": expected, "next": 0}
+    assert await end_mark(store) == {"state": expected, "next": 0, "complete": False}

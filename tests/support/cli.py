@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -97,12 +98,14 @@ async def run_until_first_line_then_interrupt(
     args: Sequence[str | os.PathLike[str]],
     cwd: Path,
     on_first_line: Callable[[str], Awaitable[None]] | None = None,
+    *,
+    signal_number: int = signal.SIGINT,
 ) -> Interrupted:
     """Start ``follower ARGS``, wait for its first line on stdout, then press Ctrl-C.
 
     Ordered on the output itself: the interrupt is sent once the command has
     shown it is under way (and ``on_first_line`` has looked at it), never after
-    a sleep.
+    a sleep. ``signal_number=signal.SIGKILL`` kills it instead: a worker that died.
     """
     stderr = bytearray()
 
@@ -122,7 +125,7 @@ async def run_until_first_line_then_interrupt(
                 first = await stdout.receive_until(b"\n", MAX_LINE_BYTES)
                 if on_first_line is not None:
                     await on_first_line(first.decode())
-                process.send_signal(signal.SIGINT)
+                process.send_signal(signal_number)
                 rest = bytearray()
                 with anyio.move_on_after(INTERRUPT_SECONDS) as waiting:
                     try:
@@ -189,9 +192,14 @@ def assert_no_traceback(result: subprocess.CompletedProcess[str] | Interrupted) 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int | None) -> str:
     """The run failed with ``code`` (any non-zero code for None) and said why in one
-    ``follower: error:`` line; that line's text."""
+    ``follower: error:`` line; that line's text.
+
+    A ``follow`` names its task first, so that an interrupted run can be resumed:
+    that line may come before."""
     assert_no_traceback(result)
     lines = result.stderr.splitlines()
+    if len(lines) == 2 and re.fullmatch(r"follower: task \S+", lines[0]):
+        lines = lines[1:]
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("follower: error: "), result.stderr
     if code is None:

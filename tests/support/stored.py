@@ -5,7 +5,8 @@ Keys, names and decoders come from the layout's owner, ``follower._layout``
 own, not the library's reader's (``follower._reader``), so a test of what was
 stored does not grade the library with its own answers:
 
-- every object in the turn's folder is a chunk or one of the turn's marks;
+- every object in the turn's folder is a chunk or one of the turn's marks
+  (``task.json`` among them, written before the first chunk);
 - the chunks are contiguous from 0, and each holds exactly ``next - after``
   events, one compact JSON value a line;
 - the marks decode as the layout says (``EndMark.decode``, ``NextLink.decode``).
@@ -28,6 +29,7 @@ from follower._layout import (
     EndMark,
     MetaMark,
     NextLink,
+    TaskMark,
     TurnKeys,
     chunk_positions,
     decode_events,
@@ -44,6 +46,7 @@ class StoredTurn:
     events: list[Any]
     meta: dict[str, Any] | None
     end: dict[str, Any] | None
+    task: dict[str, Any] | None
     next_turn: dict[str, Any] | None
     """``next.json``: ``{"turn": ...}``, or ``None`` if the turn has none (yet)."""
 
@@ -51,9 +54,11 @@ class StoredTurn:
 def check_turn(keys: TurnKeys, bodies: Mapping[str, bytes]) -> StoredTurn:
     """The turn whose objects are ``bodies`` (by key), checked as it is read back."""
     by_name = dict(zip(keys.names(list(bodies)), bodies.values(), strict=True))
-    meta_name, end_name, next_name = keys.names([keys.meta, keys.end, keys.next])
+    meta_name, end_name, next_name, task_name = keys.names(
+        [keys.meta, keys.end, keys.next, keys.task]
+    )
     chunks = chunk_positions(list(by_name))
-    known = {meta_name, end_name, next_name} | {name for _, _, name in chunks}
+    known = {meta_name, end_name, next_name, task_name} | {name for _, _, name in chunks}
     for name in by_name:
         assert name in known, f"unexpected object {keys.live}{name}"
     events: list[Any] = []
@@ -76,12 +81,16 @@ def check_turn(keys: TurnKeys, bodies: Mapping[str, bytes]) -> StoredTurn:
         EndMark.decode(end, keys.end)
     if next_turn is not None:
         NextLink.decode(next_turn, keys.next)
+    task = by_name.get(task_name)
+    if task is not None:
+        TaskMark.decode(task, keys.task)
     return StoredTurn(
         keys.turn_id,
         [(after, next_) for after, next_, _ in chunks],
         events,
         _loaded(meta),
         _loaded(end),
+        _loaded(task),
         _loaded(next_turn),
     )
 
