@@ -147,6 +147,13 @@ class MetaMark:
     def encode(self) -> bytes:
         return encode_json({"format": self.format})
 
+    @classmethod
+    def decode(cls, body: bytes, key: str) -> MetaMark:
+        fmt = decode_json_object(body, key).get("format")
+        if not isinstance(fmt, str):
+            raise CorruptObjectError(f"stored object {key!r} has no string 'format': {fmt!r}")
+        return cls(fmt)
+
 
 @attrs.frozen
 class TaskMark:

@@ -20,7 +20,6 @@ from ._layout import (
     NextLink,
     TaskMark,
     chunk_positions,
-    decode_json_object,
 )
 
 if TYPE_CHECKING:
@@ -81,16 +80,12 @@ async def read_stored_turn(store: ObjectStore, keys: TurnKeys) -> StoredTurn:
     meta = await body(META)
     end = await body(END)
     link = await body(NEXT)
-    fmt = None
-    if meta is not None:
-        value = decode_json_object(meta, keys.meta).get("format")
-        fmt = MetaMark(value).format if isinstance(value, str) else None
     return StoredTurn(
         keys=keys,
         names=names,
         chunks=tuple((after, next_) for after, next_, _ in chunk_positions(list(names))),
         task=None if task is None else TaskMark.decode(task, keys.task),
-        format=fmt,
+        format=None if meta is None else MetaMark.decode(meta, keys.meta).format,
         end=None if end is None else EndMark.decode(end, keys.end),
         link=None if link is None else NextLink.decode(link, keys.next),
     )

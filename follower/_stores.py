@@ -85,7 +85,7 @@ class MemoryStore:
 
 # Temporary files live beside their target (os.link needs one filesystem) under
 # a name no listing shows and no key can take.
-_TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{32}\.tmp")
+TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{32}\.tmp")
 
 
 class FilesystemStore:
@@ -134,7 +134,7 @@ class FilesystemStore:
     def _path(self, key: str) -> Path:
         check_key(key)
         name = key.rsplit("/", 1)[-1]
-        if _TEMP_NAME.fullmatch(name):
+        if TEMP_NAME.fullmatch(name):
             raise InvalidKeyError(f"invalid key {key!r}: the name of a temporary file")
         path = self._root.joinpath(*key.split("/"))
         return path
@@ -182,7 +182,7 @@ class FilesystemStore:
             base = "" if rel == "." else rel + "/"
             for name in filenames:
                 key = base + name
-                if key.startswith(prefix) and not _TEMP_NAME.fullmatch(name):
+                if key.startswith(prefix) and not TEMP_NAME.fullmatch(name):
                     keys.append(key)
         return sorted(keys)
 

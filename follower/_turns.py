@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("follower")
 
+# Entering a turn reads what the store holds of it (to refuse or resume it).
+STORED_TURN_READ_SECONDS = 10.0
+
 
 class TurnChain:
     """The order of a step's turns: who followed last, so the next one can link from it.
@@ -245,7 +248,6 @@ class _TurnBlock:
     async def __aenter__(self) -> LiveTurn:
         if self._tg is not None:
             raise TurnStateError(f"turn {self.turn_id!r}: its block can be entered once")
-        self._closed = True  # until the group is open: follow() is refused
         stored = await self._read_stored()
         if not stored.is_empty:
             if not self._resume:
@@ -255,7 +257,6 @@ class _TurnBlock:
                     "prefix or turn id (nothing stored was touched)"
                 )
             self._stored = stored
-        self._closed = False
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         return LiveTurn(self)
@@ -279,10 +280,14 @@ class _TurnBlock:
         # traceback intact.
 
     async def _read_stored(self) -> StoredTurn:
-        with anyio.move_on_after(CLEANUP_SECONDS) as scope:
+        """What the store holds of this turn already, read within a bound."""
+        with anyio.move_on_after(STORED_TURN_READ_SECONDS) as scope:
             return await read_stored_turn(self.store, self.keys)
         assert scope.cancelled_caught
-        raise StoreError(f"listing turn {self.turn_id!r} took over {CLEANUP_SECONDS} s")
+        raise StoreError(
+            f"reading what is stored of turn {self.turn_id!r} took over "
+            f"{STORED_TURN_READ_SECONDS} s"
+        )
 
     async def _drain(self) -> None:
         self._stop.set()

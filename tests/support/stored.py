@@ -34,6 +34,7 @@ from follower._layout import (
     chunk_positions,
     decode_events,
 )
+from follower._stores import TEMP_NAME
 
 
 @attrs.frozen
@@ -106,11 +107,22 @@ async def stored_turn(store: ObjectStore, prefix_key: str, turn_id: str) -> Stor
 
 
 def read_turn(step: Path, turn_id: str) -> StoredTurn:
-    """A turn from the files under ``step`` (a file store's folder of one step), checked."""
+    """A turn from the files under ``step`` (a file store's folder of one step), checked.
+
+    A write cut short (a killed process) leaves the store's temporary file, which
+    no listing shows: it is not an object, and not read here either.
+    """
     keys = TurnKeys("", turn_id)
     live = step / keys.live
     assert live.is_dir(), f"no folder {live}"
-    return check_turn(keys, {keys.live + path.name: path.read_bytes() for path in live.iterdir()})
+    return check_turn(
+        keys,
+        {
+            keys.live + path.name: path.read_bytes()
+            for path in live.iterdir()
+            if not TEMP_NAME.fullmatch(path.name)
+        },
+    )
 
 
 def read_linked_turns(step: Path, first_turn: str, *, first: bool = True) -> list[StoredTurn]:
