@@ -40,9 +40,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from follower import TrajectoryBatch, TrajectoryState
+from follower import FollowerError, TrajectoryBatch, TrajectoryState
+from follower._endings import CLEANUP_SECONDS, CLEANUP_WRITE_SECONDS
 from follower._layout import parse_chunk_name
-from follower._turns import CLEANUP_SECONDS, CLEANUP_WRITE_SECONDS
 
 from .records import NOT_RUN, PutRecord, Stamp, TurnRecord
 from .scripts import ENDPOINT, EPS, task_id, turn_id, turn_keys
@@ -221,6 +221,9 @@ def _check_outcome(attempt: Attempt) -> None:
         if not disturbed:
             how = "returns" if body is None else ("cancelled" if _cancel(world, body) else "raises")
             if how != expected_how or (how == "raises" and body is not record.error):
+                if isinstance(body, FollowerError) and body is not record.error:
+                    # A library call of the body's (follow()) raised: the step's outcome changed.
+                    raise OutcomeChanged(f"{who}'s body: the library raised {body!r}")
                 raise HarnessError(f"{who}'s body ended with {body!r}")
         if body is None:
             assert record.exited is not None
@@ -292,7 +295,7 @@ def _check_chunks(world: World, k: int) -> None:
         if after < cursor:
             raise StoredTwice(
                 f"{name}: chunk {after}-{nxt} landed with {cursor} events stored: "
-                f"events {after}..{min(nxt, cursor) - 1} are stored twice"
+                f"events {after}..{min(nxt, cursor) - 1} were stored again"
             )
         if after > cursor:
             raise ChunksWrong(
