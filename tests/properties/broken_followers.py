@@ -12,12 +12,14 @@ import contextlib
 from types import TracebackType
 
 import anyio
+import attrs
 
 import follower._follow
 import follower._turns
 from follower._chunks import LiveTrajectoryChunks
 from follower._follow import AFTER_STOP_PAUSE_SECONDS, _Follower
 from follower._layout import JSON, EndMark
+from follower._stored_turn import StoredTurn
 from follower._turns import _TurnBlock
 from follower._wire import TrajectoryBatch
 
@@ -163,9 +165,7 @@ class EarlyEndChunks(LiveTrajectoryChunks):
 
 
 class EarlyEndBlock(_TurnBlock):
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self._sink = EarlyEndChunks(self.store, self.keys.prefix_key, self.turn_id)
+    _sink_class = EarlyEndChunks
 
 
 END_BEFORE_LAST_CHUNK = Variant(
@@ -173,4 +173,45 @@ END_BEFORE_LAST_CHUNK = Variant(
     patches=((follower._turns, "_TurnBlock", EarlyEndBlock),),
 )
 
-BROKEN = (WAIT_FOR, RETRIES_AFTER_STOP, DRAINS_FOREVER, WRAPS_EXCEPTION, END_BEFORE_LAST_CHUNK)
+
+# --- resuming from the first event again --------------------------------------------------
+
+
+class RereadingBlock(_TurnBlock):
+    """Resumes a stored turn from its first event, as if none of its chunks were stored."""
+
+    async def _read_stored(self) -> StoredTurn:
+        return attrs.evolve(await super()._read_stored(), chunks=())
+
+
+REREADS_STORED_EVENTS = Variant(
+    "resumes a turn from its first event again",
+    patches=((follower._turns, "_TurnBlock", RereadingBlock),),
+)
+
+
+# --- an end mark on hand-off --------------------------------------------------------------
+
+
+class EndOnHandOffBlock(_TurnBlock):
+    """Writes its end mark when it exits, handed off or not: the next attempt finds it ended."""
+
+    @property
+    def _marks_its_end(self) -> bool:
+        return self.task_id is not None and (self._stored is None or self._stored.end is None)
+
+
+ENDS_ON_HAND_OFF = Variant(
+    "writes end.json though it was handed off",
+    patches=((follower._turns, "_TurnBlock", EndOnHandOffBlock),),
+)
+
+BROKEN = (
+    WAIT_FOR,
+    RETRIES_AFTER_STOP,
+    DRAINS_FOREVER,
+    WRAPS_EXCEPTION,
+    END_BEFORE_LAST_CHUNK,
+    REREADS_STORED_EVENTS,
+    ENDS_ON_HAND_OFF,
+)

@@ -19,6 +19,8 @@ from ..support.hypothesis_profiles import property_settings
 from .broken_followers import (
     DRAINS_FOREVER,
     END_BEFORE_LAST_CHUNK,
+    ENDS_ON_HAND_OFF,
+    REREADS_STORED_EVENTS,
     RETRIES_AFTER_STOP,
     WAIT_FOR,
     WRAPS_EXCEPTION,
@@ -31,11 +33,13 @@ from .violations import (
     ChunksWrong,
     EndMarkCount,
     EndMarkOrder,
+    EndMarkWriter,
     ExitTooLate,
     FollowerOutlivedBlock,
     OutcomeChanged,
     PropertyViolation,
     RetriedAfterStop,
+    StoredTwice,
 )
 
 Bites = tuple[type[PropertyViolation], ...]
@@ -102,6 +106,18 @@ def test_a_wrapped_exception_is_caught(backend: str) -> None:
 def test_an_end_mark_before_the_last_chunk_is_caught(backend: str) -> None:
     bites = (EndMarkOrder, EndMarkCount, ChunksWrong)
     assert_bites(END_BEFORE_LAST_CHUNK, backend, bites, ci_examples=BUDGET)
+
+
+@pytest.mark.parametrize("backend", REREADS_STORED_EVENTS.backends)
+def test_a_resume_that_reads_stored_events_again_is_caught(backend: str) -> None:
+    """Events stored twice across attempts: the store's chunks overlap."""
+    assert_bites(REREADS_STORED_EVENTS, backend, (StoredTwice,), ci_examples=BUDGET)
+
+
+@pytest.mark.parametrize("backend", ENDS_ON_HAND_OFF.backends)
+def test_an_end_mark_on_hand_off_is_caught(backend: str) -> None:
+    """An end mark by an attempt that handed the turn off: the next attempt cannot resume it."""
+    assert_bites(ENDS_ON_HAND_OFF, backend, (EndMarkWriter,), ci_examples=BUDGET)
 
 
 # A lost cancel shows as a block that exits late, a follower that outlives it,
