@@ -21,9 +21,10 @@ class LiveTrajectoryChunks:
 
     Call it with each :class:`TrajectoryBatch` in order; :meth:`end` writes the
     end mark. ``stored_next`` only moves once a chunk is written, so the end
-    mark never claims an event that is not stored. Given ``task``, the sink
-    writes ``task.json`` before any other object of the turn; ``stored_next``
-    and ``format`` let it continue a turn already stored (a resume).
+    mark never claims an event that is not stored. Given ``task_id`` (and the
+    ``endpoint`` it is read from), the sink writes ``task.json`` before any other
+    object of the turn; ``stored_next`` and ``format`` let it continue a turn
+    already stored (a resume).
     """
 
     def __init__(
@@ -32,7 +33,8 @@ class LiveTrajectoryChunks:
         prefix_key: str,
         turn_id: str,
         *,
-        task: TaskMark | None = None,
+        task_id: str | None = None,
+        endpoint: str = "",
         stored_next: int = 0,
         format: str | None = None,
     ) -> None:
@@ -42,7 +44,7 @@ class LiveTrajectoryChunks:
         self.stored_next = stored_next
         self.format = format
         self.final_state: TrajectoryState | None = None
-        self._task = task
+        self._task = None if task_id is None else TaskMark.started_now(task_id, endpoint)
         self._ended = False
 
     @property
@@ -62,7 +64,7 @@ class LiveTrajectoryChunks:
                 f"turn {self.turn_id!r}: batch starts at {batch.after}, "
                 f"but {self.stored_next} events are stored; chunks must be contiguous"
             )
-        await self._store_task()
+        await self.store_task()
         if batch.format is not None:
             await self._store_format(batch.format)
         if batch.events:
@@ -78,18 +80,26 @@ class LiveTrajectoryChunks:
         ``complete``: the terminal page was stored, so every event of the task is;
         by default, whether this sink was handed the last batch.
         """
-        await self._store_task()
         if complete is None:
             complete = self.final_state is not None
         mark = EndMark(state, self.stored_next, complete)
-        await self._put(self._keys.end, mark.encode(), JSON)
-        self._ended = True
+        try:
+            await self.store_task()
+        finally:
+            # Whose turn it is may stay unknown; that the turn ended must not.
+            await self._put(self._keys.end, mark.encode(), JSON)
+            self._ended = True
 
-    async def _store_task(self) -> None:
-        # Whose turn it is goes first: no reader or resume ever sees a chunk without it.
-        if self._task is not None:
-            await self._put(self._keys.task, self._task.encode(), JSON)
-            self._task = None
+    async def store_task(self) -> None:
+        """Write ``task.json`` if it is still to be written; one attempt only.
+
+        Whose turn it is goes first: no reader or resume ever sees a chunk
+        without it. An attempt that failed is not made again by :meth:`end`,
+        so a stalled store cannot take the end mark's time too.
+        """
+        task, self._task = self._task, None
+        if task is not None:
+            await self._put(self._keys.task, task.encode(), JSON)
 
     async def _store_format(self, fmt: str) -> None:
         if self.format is None:

@@ -29,7 +29,7 @@
     │   ├── InvalidKeyError          a key or prefix breaks the key rules
     │   ├── TurnStateError           follow() twice, or after the block ended
     │   └── TurnExistsError          the turn is stored already, and resume was not asked
-    │       └── TurnConflictError        ... and it is another task's turn
+    │       └── TurnConflictError        resume was asked, but it is another task's turn
     └── ReaderIdleError              a reader saw no new object for too long
 
 ``PoolBusyError`` is ours, not the agent's: it never counts as a failed read,

@@ -7,14 +7,15 @@ marks the step's last one, and releases what the turns shared.
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
+from functools import partial
 from typing import TYPE_CHECKING
 
 import anyio
 import attrs
 
-from ._chunks import write_next_turn
+from ._chunks import LiveTrajectoryChunks, write_next_turn
 from ._clients import leased_client
-from ._endings import bounded_cleanup
+from ._endings import CLEANUP_SECONDS, bounded_cleanup, is_stopped_from_outside
 from ._errors import TurnStateError
 from ._keys import check_prefix
 from ._layout import TurnKeys
@@ -24,7 +25,9 @@ from ._options import (
     DEFAULT_READ_TIMEOUT_SECONDS,
     FollowOptions,
 )
+from ._stored_turn import read_stored_turn
 from ._turns import TurnChain, open_turn
+from ._wire import TrajectoryState
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -151,17 +154,48 @@ class LiveTurns:
 
     async def end(self) -> None:
         """Mark the last followed turn as the step's last: its ``next.json`` is null."""
+        await self._end(None)
+
+    async def _end(self, exc: BaseException | None) -> None:
         if self._ended:
             return
         self._ended = True
         last = self._chain.last_followed
         if last is None or not self._chain.ends_for_good:
             return
-        keys = TurnKeys(self.prefix_key, last)
-        with anyio.CancelScope(shield=True):
+        with anyio.move_on_after(CLEANUP_SECONDS, shield=True):
+            keys = await self._end_of_stored_chain(TurnKeys(self.prefix_key, last), exc)
             await bounded_cleanup(
-                f"turn {last}: marking it last", lambda: write_next_turn(self.store, keys, None)
+                f"turn {keys.turn_id}: marking it last",
+                lambda: write_next_turn(self.store, keys, None),
             )
+
+    async def _end_of_stored_chain(self, keys: TurnKeys, exc: BaseException | None) -> TurnKeys:
+        """The turn to mark last: past turns an earlier attempt linked on to, each ended here.
+
+        A resumed step may stop before the turns an earlier attempt reached; they
+        get their end mark (incomplete) so that the chain still ends for readers.
+        """
+        state = TrajectoryState.CANCELED if is_stopped_from_outside(exc) else TrajectoryState.FAILED
+        seen = {keys.turn_id}
+        while True:
+            link = (await read_stored_turn(self.store, keys)).link
+            if link is None or link.turn is None or link.turn in seen:
+                return keys
+            keys = TurnKeys(self.prefix_key, link.turn)
+            seen.add(keys.turn_id)
+            stored = await read_stored_turn(self.store, keys)
+            if stored.end is None and not stored.is_empty:
+                sink = LiveTrajectoryChunks(
+                    self.store,
+                    self.prefix_key,
+                    keys.turn_id,
+                    stored_next=stored.contiguous_next,
+                    format=stored.format,
+                )
+                await bounded_cleanup(
+                    f"turn {keys.turn_id}: end mark", partial(sink.end, state, False)
+                )
 
     async def __aenter__(self) -> LiveTurns:
         if self._resources is not None:
@@ -181,7 +215,7 @@ class LiveTurns:
         tb: TracebackType | None,
     ) -> None:
         try:
-            await self.end()
+            await self._end(exc)
         finally:
             assert self._resources is not None
             with anyio.CancelScope(shield=True):

@@ -31,7 +31,7 @@ from ._errors import (
     TurnStateError,
 )
 from ._follow import FollowProgress, follow_task
-from ._layout import TaskMark, TurnKeys
+from ._layout import TurnKeys
 from ._stored_turn import StoredTurn, read_stored_turn
 from ._wire import TrajectoryState
 
@@ -189,7 +189,7 @@ class _TurnBlock:
                 f"{where} is stored for task {stored.task.task_id!r}, not {task_id!r}; "
                 "nothing was written"
             )
-        if stored.task is None and stored.end is None:
+        if stored.task is None and stored.end is None and stored.chunks:
             raise TurnConflictError(
                 f"{where} holds {stored.describe()} but no task.json: whose turn it is "
                 "cannot be told, so it is not resumed"
@@ -197,13 +197,20 @@ class _TurnBlock:
 
     def _new_sink(self, task_id: str) -> LiveTrajectoryChunks:
         """The turn's sink: a new turn's first writes say whose it is; a resumed one continues."""
-        prefix, turn = self.keys.prefix_key, self.turn_id
-        if self._stored is None:
-            task = TaskMark.started_now(task_id, self.endpoint)
-            return self._sink_class(self.store, prefix, turn, task=task)
-        stored = self._stored
+        prefix, turn, stored = self.keys.prefix_key, self.turn_id, self._stored
+        if stored is None:
+            return self._sink_class(
+                self.store, prefix, turn, task_id=task_id, endpoint=self.endpoint
+            )
+        # A stored turn with no task.json holds no event either (else it was refused).
         return self._sink_class(
-            self.store, prefix, turn, stored_next=stored.contiguous_next, format=stored.format
+            self.store,
+            prefix,
+            turn,
+            task_id=task_id if stored.task is None else None,
+            endpoint=self.endpoint,
+            stored_next=stored.contiguous_next,
+            format=stored.format,
         )
 
     def _start_follower(self, task_id: str) -> None:
@@ -343,6 +350,8 @@ class _TurnBlock:
                 sink = self._sink
                 assert sink is not None
                 state, complete = self._end_state(exc), self.progress.complete
+                # Each its own bound: a stalled task.json must not cut the end mark short.
+                await bounded_cleanup(f"turn {self.turn_id}: task mark", sink.store_task)
                 await bounded_cleanup(
                     f"turn {self.turn_id}: end mark", lambda: sink.end(state, complete)
                 )
