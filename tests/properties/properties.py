@@ -168,8 +168,13 @@ def _check_exit_bound(attempt: Attempt) -> None:
             )
     if attempt.turns_exit is not None and last_exit is not None:
         took = attempt.turns_exit.at - last_exit.at
-        if took > CLEANUP_WRITE_SECONDS + EPS:
-            raise ExitTooLate(f"LiveTurns exited {took:.3f} s after its last turn")
+        # Its null link, and first the end marks of the stored turns past its last (shared bound).
+        ends, _ = _exit_plan(attempt)
+        bound = min(CLEANUP_SECONDS, CLEANUP_WRITE_SECONDS * (1 + len(ends)))
+        if took > bound + EPS:
+            raise ExitTooLate(
+                f"LiveTurns exited {took:.3f} s after its last turn; the bound is {bound:.3f} s"
+            )
 
 
 def _check_no_follower_left(attempt: Attempt) -> None:
@@ -279,7 +284,10 @@ def _check_chunks(world: World, k: int) -> None:
             own = [
                 p.key
                 for p in attempt.puts
-                if p.outcome == "stored" and p.key.startswith(keys.live) and p.key != keys.next
+                if p.outcome == "stored"
+                and p.key.startswith(keys.live)
+                and p.key != keys.next
+                and not (p.key == keys.end and k in _exit_plan(attempt)[0])
             ]
             if own:
                 raise ChunksWrong(f"{_who(attempt, k)} never followed a task but stored {own}")
@@ -434,9 +442,17 @@ def _check_end_mark(world: World, k: int) -> None:
     landed = [p for p in every if p.outcome == "stored"]
     if len(landed) > 1:
         raise EndMarkMissing(f"{name}'s end.json landed {len(landed)} times")
+    for attempt in world.attempts:
+        ends, _ = _exit_plan(attempt)
+        if k in ends:
+            _check_exit_end_mark(attempt, k, ends[k])
+        elif attempt.record(k) is None and _puts_at(attempt.puts, key):
+            raise EndMarkWriter(f"{_who(attempt, k)} never started, but wrote end.json")
     for attempt, record in _runs(world, k):
         who = _who(attempt, k)
         puts = _puts_at(attempt.puts, key)
+        if k in _exit_plan(attempt)[0]:
+            continue  # checked above: LiveTurns' exit ended it
         if not record.followed:
             if puts:
                 raise EndMarkMissing(f"{who} never followed a task but wrote end.json")
@@ -454,6 +470,94 @@ def _check_end_mark(world: World, k: int) -> None:
         end = _check_landed_once(puts, f"{who}'s end.json")
         if end is not None:
             _check_end_mark_content(attempt, record, end)
+
+
+def _exit_plan(attempt: Attempt) -> tuple[dict[int, dict[str, Any]], int | None]:
+    """What ``LiveTurns``' exit of ``attempt`` writes, by the stored chain it finds.
+
+    Only an attempt that ends the step for good, with a followed turn, writes.
+    From its last followed turn it follows the stored links (an earlier attempt
+    may have got further): each later turn that holds objects but no end.json
+    gets an end mark, ``complete`` false, ``next`` its contiguous stored events,
+    ``canceled`` if the step was stopped from outside (a cancel, Ctrl-C), else
+    ``failed``. The null link goes on the last turn of that chain. Returns those
+    end marks by turn, and the turn of the null link (``None``: no link).
+    """
+    world = attempt.world
+    followed = [r for r in attempt.turns if r.followed]
+    if world.script.plain or not attempt.final or not followed or followed[-1].handed_off:
+        return {}, None
+    exits = [r.exited.seq for r in attempt.turns if r.exited is not None]
+    return _walk_stored_chain(world, followed[-1].index, max(exits), attempt.turns_exc)
+
+
+def _walk_stored_chain(
+    world: World, last: int, at: int, exc: BaseException | None
+) -> tuple[dict[int, dict[str, Any]], int | None]:
+    def stored(k: int) -> list[PutRecord]:
+        prefix = turn_keys(k).live
+        return [
+            p
+            for p in world.store.puts
+            if p.outcome == "stored" and p.end is not None and p.end.seq < at
+            if p.key.startswith(prefix)
+        ]
+
+    state = (
+        TrajectoryState.CANCELED if _stopped_from_outside(world, exc) else TrajectoryState.FAILED
+    )
+    ends: dict[int, dict[str, Any]] = {}
+    k, seen = last, {last}
+    while True:
+        link = [p for p in stored(k) if p.key == turn_keys(k).next]
+        nxt = json.loads(link[0].body)["turn"] if link else None
+        if nxt is None or _turn_index(nxt) in seen:
+            return ends, k
+        k = _turn_index(nxt)
+        seen.add(k)
+        objects = stored(k)
+        if objects and not any(p.key == turn_keys(k).end for p in objects):
+            chunks = sorted(
+                parse_chunk_name(turn_keys(k).names([p.key])[0]) or (0, 0)
+                for p in objects
+                if p.kind == "chunk"
+            )
+            reached = 0
+            for after, next_ in chunks:
+                if after > reached:
+                    break
+                reached = max(reached, next_)
+            ends[k] = {"state": state.value, "next": reached, "complete": False}
+
+
+def _turn_index(turn: str) -> int:
+    return int(turn.removeprefix("turn-")) - 1
+
+
+def _stopped_from_outside(world: World, exc: BaseException | None) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_stopped_from_outside(world, e) for e in exc.exceptions)
+    return isinstance(exc, (world.cancelled_class, KeyboardInterrupt))
+
+
+def _check_exit_end_mark(attempt: Attempt, k: int, expected: dict[str, Any]) -> None:
+    """A turn LiveTurns' exit ends: one end.json, incomplete, after the turn's last chunk."""
+    who = f"{_who(attempt, k)}, ended by LiveTurns' exit,"
+    end = _check_landed_once(_puts_at(attempt.puts, turn_keys(k).end), f"{who} end.json")
+    if end is None:
+        return
+    assert end.end is not None
+    mark = json.loads(end.body)
+    if mark.get("next") != expected["next"]:
+        raise EndMarkCount(f"{who} end.json is {mark}, expected {expected}")
+    if mark.get("complete") != expected["complete"]:
+        raise EndMarkComplete(f"{who} end.json is {mark}, expected {expected}")
+    if mark != expected:
+        raise EndMarkState(f"{who} end.json is {mark}, expected {expected}")
+    for after, nxt, put in _chunks(attempt.world, k):
+        assert put.end is not None
+        if put.end.seq > end.end.seq:
+            raise EndMarkOrder(f"{who} chunk {after}-{nxt} landed after its end.json")
 
 
 def _check_end_mark_content(attempt: Attempt, record: TurnRecord, end: PutRecord) -> None:
@@ -496,6 +600,8 @@ def _check_links(world: World) -> None:
         for k in turns:
             record = attempt.record(k)
             followed = record is not None and record.followed
+            if k == _exit_plan(attempt)[1]:
+                continue  # the null link, on the stored chain's last turn: checked below
             if (world.script.plain or not followed) and _puts_at(attempt.puts, turn_keys(k).next):
                 raise LinkWrong(
                     f"{_who(attempt, k)} is no followed turn of LiveTurns, "
@@ -525,6 +631,18 @@ def _check_attempt_links(attempt: Attempt) -> None:
             nxt: str | None = turn_id(followed[i + 1].index)
         elif attempt.final:
             nxt = None
+            chain_last = _exit_plan(attempt)[1]
+            if chain_last is not None and chain_last != record.index:
+                # An earlier attempt linked on from here: the null link ends the stored chain.
+                if puts:
+                    raise LinkWrong(
+                        f"{who} links on to {turn_id(chain_last)}'s stored chain, "
+                        f"but its next.json was written: {puts[0].body!r}"
+                    )
+                who = f"{_who(attempt, chain_last)}, the stored chain's last turn,"
+                puts = _puts_at(attempt.puts, turn_keys(chain_last).next)
+                if any(p.outcome == "exists" for p in puts):
+                    raise LinkWrong(f"{who} null link was refused: another link is stored")
         else:
             # The step's last followed turn of an attempt that handed off: no null link.
             if puts:

@@ -32,7 +32,6 @@ from .scripts import (
     Until,
 )
 from .strategies import step_scripts
-from .violations import EndMarkMissing, LinkWrong, OutcomeChanged
 
 BACKENDS = ["asyncio", "trio"]
 
@@ -110,34 +109,32 @@ def test_known_scripts(backend: str, name: str) -> None:
     check_properties(world)
 
 
-# LIBRARY BUG, NOT FIXED: found by the end mark's property (docs/protocol.md, "A step's turns").
+# Kept counterexample (a library bug, fixed in 5f2156e): found by the end mark's property
+# (docs/protocol.md, "A step's turns").
 # The follower reads a page with no events, so nothing is stored before the drain ends; the
 # turn's cleanup then writes task.json ahead of end.json, within the end mark's one 5 s bound.
 # If the store refuses task.json once, the end mark is never tried; if task.json takes 1 s,
 # an end mark the store takes in 4 s is cut at the bound. Either way the step ends with turn-1
 # holding only {"turn": null}: a reader waits for turn-1's end.json for ever, and a resume
-# refuses the turn (see LINK_WITHOUT_TASK below).
+# refused the turn (see LINK_WITHOUT_TASK below).
 END_MARK_BEHIND_TASK = {
     "refused": StoreScript(task=(PutOp("fail"),)),
     "slow": StoreScript(task=(PutOp("slow", 1.0),), end=(PutOp("slow", 4.0),)),
 }
 
 
-@pytest.mark.xfail(
-    raises=EndMarkMissing,
-    strict=True,
-    reason="library bug: task.json written in the end mark's cleanup keeps end.json out",
-)
+# Now each cleanup write has its own bound, and end.json is written even if task.json is not.
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("task_write", list(END_MARK_BEHIND_TASK))
-def test_library_bug_the_task_mark_keeps_the_end_mark_out(backend: str, task_write: str) -> None:
+def test_the_end_mark_lands_whatever_task_json_does(backend: str, task_write: str) -> None:
     script = StepScript(turns=(TurnScript((Follow(),)),), store=END_MARK_BEHIND_TASK[task_write])
     world = run_step(script, backend)
     print(world.timeline())
     check_properties(world)
 
 
-# LIBRARY BUG, NOT FIXED: found by the attempts' properties (docs/protocol.md, "The links").
+# Kept counterexample (a library bug, fixed in 5f2156e): found by the attempts' properties
+# (docs/protocol.md, "The links").
 # Attempt 1 ends turn-1, links it to turn-2 (which follows), hands off and stops. Attempt 2
 # resumes and is cancelled for good while in turn-1 (the second cancel), so turn-1 is its last
 # followed turn and LiveTurns.end() writes {"turn": null} over turn-1's {"turn": "turn-2"}.
@@ -151,19 +148,17 @@ UNTERMINATED_CHAIN = StepScript(
 )
 
 
-@pytest.mark.xfail(
-    raises=LinkWrong,
-    strict=True,
-    reason="library bug: the null link of a resumed step conflicts with a stored link",
-)
+# Now LiveTurns' exit follows the stored links past turn-1, ends turn-2 (incomplete) and puts
+# the null link on turn-2.
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_library_bug_a_resumed_step_that_gets_less_far_cannot_mark_its_end(backend: str) -> None:
+def test_a_resumed_step_that_gets_less_far_ends_the_stored_chain(backend: str) -> None:
     world = run_step(UNTERMINATED_CHAIN, backend)
     print(world.timeline())
     check_properties(world)
 
 
-# LIBRARY BUG, NOT FIXED: found by the attempts' properties (docs/protocol.md, resume).
+# Kept counterexample (a library bug, fixed in 5f2156e): found by the attempts' properties
+# (docs/protocol.md, resume).
 # Attempt 1's turn-1 follows, but its writes of task.json and end.json fail (the store
 # refuses them, as scripted); turn-2 follows, so turn-1's next.json lands, then the attempt
 # hands off and stops. Turn-1 now holds a link and nothing else, and attempt 2's follow()
@@ -177,13 +172,9 @@ LINK_WITHOUT_TASK = StepScript(
 )
 
 
-@pytest.mark.xfail(
-    raises=OutcomeChanged,
-    strict=True,
-    reason="library bug: a turn left with only its link is refused on resume",
-)
+# Now a turn with no chunk and no task.json is resumed from 0 and gets its task.json.
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_library_bug_a_turn_left_with_its_link_only_is_refused_on_resume(backend: str) -> None:
+def test_a_turn_left_with_its_link_only_is_resumed(backend: str) -> None:
     world = run_step(LINK_WITHOUT_TASK, backend)
     print(world.timeline())
     check_properties(world)

@@ -88,6 +88,8 @@ class Attempt:
         self.second_cancelled: Stamp | None = None
         self.step_exit: Stamp | None = None
         self.turns_exit: Stamp | None = None
+        # What LiveTurns' exit was handed: None if its body ran to its end.
+        self.turns_exc: BaseException | None = None
         self.start: Stamp | None = None
         self.stop: Stamp | None = None
         self.live_turns: LiveTurns | None = None
@@ -247,8 +249,12 @@ class World:
         try:
             async with LiveTurns(ENDPOINT, self.store, PREFIX, **options) as turns:
                 attempt.live_turns = turns
-                for k in range(len(attempt.turns)):
-                    await self._turn(attempt, k, turns.following(turn_id(k)))
+                try:
+                    for k in range(len(attempt.turns)):
+                        await self._turn(attempt, k, turns.following(turn_id(k)))
+                except BaseException as exc:
+                    attempt.turns_exc = exc
+                    raise
         finally:
             attempt.turns_exit = self.mark()
         return attempt.value
