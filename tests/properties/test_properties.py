@@ -30,8 +30,10 @@ from .scripts import (
     StoreScript,
     TurnScript,
     Until,
+    turn_keys,
 )
 from .strategies import step_scripts
+from .violations import EndMarkMissing
 
 BACKENDS = ["asyncio", "trio"]
 
@@ -178,3 +180,32 @@ def test_a_turn_left_with_its_link_only_is_resumed(backend: str) -> None:
     world = run_step(LINK_WITHOUT_TASK, backend)
     print(world.timeline())
     check_properties(world)
+
+
+# LIBRARY BUG, NOT FIXED: found by the main property test once it checked 5f2156e's rule.
+# Attempt 1 links turn-1 to turn-2, but turn-2's task.json is refused, so turn-2 stores
+# nothing; it hands off. Attempt 2 is cancelled in turn-1. LiveTurns' exit follows the stored
+# link to turn-2, writes no end mark there (the turn is empty) and puts the null link on it:
+# turn-2 holds {"turn": null} and no end.json, and a reader (which follows next.json only after
+# end.json) waits at turn-2 for ever.
+EMPTY_CHAIN_END = StepScript(
+    turns=(TurnScript((Follow(),)), TurnScript((Follow(),))),
+    store=StoreScript(task=(PutOp(), PutOp("fail"))),
+    second_cancel=SecondCancel(0, "with_end"),
+    stopped=(StoppedAttempt(1, 1),),
+)
+
+
+@pytest.mark.xfail(
+    raises=EndMarkMissing,
+    strict=True,
+    reason="library bug: the null link lands on an empty linked turn that gets no end mark",
+)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_library_bug_the_stored_chain_ends_at_a_turn_with_no_end_mark(backend: str) -> None:
+    world = run_step(EMPTY_CHAIN_END, backend)
+    print(world.timeline())
+    check_properties(world)
+    end = turn_keys(1)
+    if world.store.landed(end.next) is not None and world.store.landed(end.end) is None:
+        raise EndMarkMissing("turn-2 holds the null link but no end.json: a reader waits there")
