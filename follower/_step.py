@@ -174,7 +174,8 @@ class LiveTurns:
         """The turn to mark last: past turns an earlier attempt linked on to, each ended here.
 
         A resumed step may stop before the turns an earlier attempt reached; they
-        get their end mark (incomplete) so that the chain still ends for readers.
+        get their end mark (incomplete), even one that stored nothing, so that
+        the chain still ends for readers.
         """
         state = TrajectoryState.CANCELED if is_stopped_from_outside(exc) else TrajectoryState.FAILED
         seen = {keys.turn_id}
@@ -185,7 +186,7 @@ class LiveTurns:
             keys = TurnKeys(self.prefix_key, link.turn)
             seen.add(keys.turn_id)
             stored = await read_stored_turn(self.store, keys)
-            if stored.end is None and not stored.is_empty:
+            if stored.end is None:  # an empty turn too: readers need its end mark
                 sink = LiveTrajectoryChunks(
                     self.store,
                     self.prefix_key,

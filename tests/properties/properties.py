@@ -477,7 +477,7 @@ def _exit_plan(attempt: Attempt) -> tuple[dict[int, dict[str, Any]], int | None]
 
     Only an attempt that ends the step for good, with a followed turn, writes.
     From its last followed turn it follows the stored links (an earlier attempt
-    may have got further): each later turn that holds objects but no end.json
+    may have got further): each later turn without end.json (an empty one too)
     gets an end mark, ``complete`` false, ``next`` its contiguous stored events,
     ``canceled`` if the step was stopped from outside (a cancel, Ctrl-C), else
     ``failed``. The null link goes on the last turn of that chain. Returns those
@@ -516,7 +516,7 @@ def _walk_stored_chain(
         k = _turn_index(nxt)
         seen.add(k)
         objects = stored(k)
-        if objects and not any(p.key == turn_keys(k).end for p in objects):
+        if not any(p.key == turn_keys(k).end for p in objects):
             chunks = sorted(
                 parse_chunk_name(turn_keys(k).names([p.key])[0]) or (0, 0)
                 for p in objects

@@ -182,12 +182,11 @@ def test_a_turn_left_with_its_link_only_is_resumed(backend: str) -> None:
     check_properties(world)
 
 
-# LIBRARY BUG, NOT FIXED: found by the main property test once it checked 5f2156e's rule.
-# Attempt 1 links turn-1 to turn-2, but turn-2's task.json is refused, so turn-2 stores
-# nothing; it hands off. Attempt 2 is cancelled in turn-1. LiveTurns' exit follows the stored
-# link to turn-2, writes no end mark there (the turn is empty) and puts the null link on it:
-# turn-2 holds {"turn": null} and no end.json, and a reader (which follows next.json only after
-# end.json) waits at turn-2 for ever.
+# Once a library bug, found by the main property test: attempt 1 links turn-1 to turn-2, but
+# turn-2's task.json is refused, so turn-2 stores nothing; it hands off. Attempt 2 is cancelled
+# in turn-1. LiveTurns' exit followed the stored link to turn-2 and put the null link there
+# without an end mark (the turn was empty): a reader, which follows next.json only after
+# end.json, waited at turn-2 for ever. Now an empty linked turn gets its end mark too.
 EMPTY_CHAIN_END = StepScript(
     turns=(TurnScript((Follow(),)), TurnScript((Follow(),))),
     store=StoreScript(task=(PutOp(), PutOp("fail"))),
@@ -196,13 +195,8 @@ EMPTY_CHAIN_END = StepScript(
 )
 
 
-@pytest.mark.xfail(
-    raises=EndMarkMissing,
-    strict=True,
-    reason="library bug: the null link lands on an empty linked turn that gets no end mark",
-)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_library_bug_the_stored_chain_ends_at_a_turn_with_no_end_mark(backend: str) -> None:
+def test_the_stored_chain_never_ends_at_a_turn_with_no_end_mark(backend: str) -> None:
     world = run_step(EMPTY_CHAIN_END, backend)
     print(world.timeline())
     check_properties(world)
