@@ -48,6 +48,7 @@ from ._stores import FilesystemStore as FilesystemStore
 from ._stores import MemoryStore as MemoryStore
 from ._stores import ObjectStore as ObjectStore
 from ._turns import LiveTurn as LiveTurn
+from ._turns import TurnProgress as TurnProgress
 from ._wire import TrajectoryBatch as TrajectoryBatch
 from ._wire import TrajectoryState as TrajectoryState
 
@@ -93,6 +94,7 @@ __all__ = [
     "TurnConflictError",
     "TurnExistsError",
     "TurnEnd",
+    "TurnProgress",
     "TurnStateError",
     "UnknownStateError",
     "UsageError",

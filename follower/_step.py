@@ -26,7 +26,7 @@ from ._options import (
     FollowOptions,
 )
 from ._stored_turn import read_stored_turn
-from ._turns import TurnChain, open_turn
+from ._turns import TurnChain, TurnProgress, open_turn
 from ._wire import TrajectoryState
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import httpx
 
     from ._stores import ObjectStore
-    from ._turns import LiveTurn
+    from ._turns import LiveTurn, _TurnBlock
 
 
 def following_live_trajectory(
@@ -118,6 +118,7 @@ class LiveTurns:
         )
         self._chain = TurnChain()
         self._turn_ids: set[str] = set()
+        self._blocks: list[_TurnBlock] = []
         self._ended = False
         self._resources: AsyncExitStack | None = None
 
@@ -140,7 +141,12 @@ class LiveTurns:
             resume=self.resume,
         )
         self._turn_ids.add(turn_id)
+        self._blocks.append(block)
         return block
+
+    def progress(self) -> tuple[TurnProgress, ...]:
+        """Where each turn of the step stands now, in the order they were opened; read-only."""
+        return tuple(block.turn_progress() for block in self._blocks)
 
     def hand_off(self) -> None:
         """Leave this step's turns for a later attempt: no end marks, no null link.

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
+import attrs
 
 from ._chunks import LiveTrajectoryChunks, write_next_turn
 from ._endings import (
@@ -36,7 +37,6 @@ from ._stored_turn import StoredTurn, read_stored_turn
 from ._wire import TrajectoryState
 
 if TYPE_CHECKING:
-    from contextlib import AbstractAsyncContextManager
     from types import TracebackType
 
     from ._options import (
@@ -48,6 +48,19 @@ logger = logging.getLogger("follower")
 
 # Entering a turn reads what the store holds of it (to refuse or resume it).
 STORED_TURN_READ_SECONDS = 10.0
+
+
+@attrs.frozen
+class TurnProgress:
+    """Where one turn of a step stands now: its task, and how many of its events are stored."""
+
+    turn_id: str
+    task_id: str | None
+    """The task the turn follows; None until ``follow()``."""
+    events_stored: int
+    """Events stored in contiguous chunks from position 0 (a resumed turn's included)."""
+    complete: bool
+    """Whether every event of the task is stored: the terminal page was read."""
 
 
 class TurnChain:
@@ -181,6 +194,15 @@ class _TurnBlock:
     def hand_off(self) -> None:
         self.handing_off = True
         self._chain.handed_off.add(self.turn_id)
+
+    def turn_progress(self) -> TurnProgress:
+        stored = self._stored
+        if self._sink is not None:
+            events = self._sink.stored_next
+        else:
+            events = stored.contiguous_next if stored is not None else 0
+        complete = self.progress.complete or bool(stored and stored.end and stored.end.complete)
+        return TurnProgress(self.turn_id, self.task_id, events, complete)
 
     def _check_resumable(self, stored: StoredTurn, task_id: str) -> None:
         where = f"turn {self.turn_id!r} under {self.keys.prefix_key!r}"
@@ -383,6 +405,6 @@ def open_turn(
     options: FollowOptions,
     chain: TurnChain,
     resume: bool,
-) -> AbstractAsyncContextManager[LiveTurn]:
+) -> _TurnBlock:
     """The block of one turn of ``chain``'s step, not yet entered."""
     return _TurnBlock(endpoint, store, keys, options=options, chain=chain, resume=resume)

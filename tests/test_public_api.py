@@ -23,6 +23,7 @@ DESIGN_NAMES = {
     "following_live_trajectory",
     "LiveTurn",
     "LiveTurns",
+    "TurnProgress",
     "LiveTrajectoryChunks",
     "ObjectStore",
     "FilesystemStore",
