@@ -1,0 +1,131 @@
+"""The ready-to-use activity: connect to an agent, run the step's turns, store their trajectories.
+
+Each turn is run as :func:`~follower.run_a2a_turn` runs one, with one
+difference the retries need: the agent's task is cancelled only when the turn
+ends for good. A handed-off turn's task keeps running, and the next attempt
+follows the same task on from what the store holds (its id from the turn's
+``task.json``, or from the last heartbeat when nothing was stored yet).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import anyio
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from .._a2a import cancel_task_quietly, connect_agent
+from .._layout import TurnKeys
+from .._stored_turn import read_stored_turn
+from .._stores import FilesystemStore, ObjectStore
+from .._turns import STORED_TURN_READ_SECONDS
+from ._attempt import StepAttempt, run_activity_step
+from .workflow_types import (
+    RUN_A2A_STEP,
+    A2AStepParams,
+    A2AStepResult,
+    StepTurn,
+    StoreSpec,
+    TurnResult,
+)
+
+if TYPE_CHECKING:
+    from .._a2a import A2AAgent
+    from .._step import LiveTurns
+
+
+def open_store(spec: StoreSpec) -> ObjectStore:
+    """The store a :class:`StoreSpec` describes; an unknown kind is a non-retryable error."""
+    if spec.kind == "filesystem":
+        return FilesystemStore(spec.location)
+    raise ApplicationError(
+        f"unknown store kind {spec.kind!r} (this version knows 'filesystem')",
+        type="UnknownStoreKind",
+        non_retryable=True,
+    )
+
+
+@activity.defn(name=RUN_A2A_STEP)
+async def run_a2a_step(params: A2AStepParams) -> A2AStepResult:
+    """Run the step's turns in order against the agent, storing each turn's live trajectory.
+
+    A retried attempt resumes every unfinished turn; a turn an earlier attempt
+    ended is not run again. Returns how each turn ended.
+    """
+    store = open_store(params.store)
+
+    async def step(attempt: StepAttempt) -> A2AStepResult:
+        known_tasks = attempt.previous_task_ids()
+        async with connect_agent(params.agent_url) as agent:
+            endpoint = agent.trajectory_endpoint
+            if endpoint is None:
+                raise ApplicationError(
+                    f"the agent at {params.agent_url} offers no live trajectory",
+                    type="NoLiveTrajectory",
+                    non_retryable=True,
+                )
+            options = {"poll_interval_seconds": params.poll_interval_seconds}
+            results: list[TurnResult] = []
+            context_id: str | None = None
+            async with attempt.live_turns(endpoint, store, params.prefix_key, **options) as turns:
+                for turn in params.turns:
+                    result, context_id = await _run_turn(
+                        attempt,
+                        agent,
+                        turns,
+                        turn,
+                        params,
+                        known_tasks.get(turn.turn_id),
+                        context_id,
+                    )
+                    results.append(result)
+            return A2AStepResult(results)
+
+    return await run_activity_step(
+        step, heartbeat_interval_seconds=params.heartbeat_interval_seconds
+    )
+
+
+async def _run_turn(
+    attempt: StepAttempt,
+    agent: A2AAgent,
+    turns: LiveTurns,
+    turn: StepTurn,
+    params: A2AStepParams,
+    known_task_id: str | None,
+    context_id: str | None,
+) -> tuple[TurnResult, str | None]:
+    with anyio.fail_after(STORED_TURN_READ_SECONDS):
+        stored = await read_stored_turn(turns.store, TurnKeys(turns.prefix_key, turn.turn_id))
+    async with attempt.following(turn.turn_id) as live:
+        if stored.task is not None and stored.end is not None:
+            # An earlier attempt ended this turn: follow() only links it in the chain.
+            live.follow(stored.task.task_id)
+            end = stored.end
+            done = TurnResult(
+                turn.turn_id, stored.task.task_id, str(end.state), end.next, bool(end.complete)
+            )
+            return done, context_id
+        task_id = stored.task.task_id if stored.task is not None else known_task_id
+        if task_id is None:
+            task = await agent.send_message(turn.text, context_id=context_id)
+            task_id, context_id = task.id, task.context_id or context_id
+        try:
+            live.follow(task_id)
+            final = await agent.wait_for_task(
+                task_id,
+                deadline_seconds=params.task_deadline_seconds,
+                poll_interval_seconds=params.task_poll_seconds,
+            )
+            live.ended(final.state)
+        except BaseException as exc:
+            # A handed-off turn's task goes on: the next attempt follows it on.
+            if not attempt.hand_off_unless_final(exc):
+                await cancel_task_quietly(agent, task_id)
+            raise
+    progress = next(p for p in turns.progress() if p.turn_id == turn.turn_id)
+    result = TurnResult(
+        turn.turn_id, task_id, final.state, progress.events_stored, progress.complete
+    )
+    return result, final.context_id or context_id

@@ -1,0 +1,178 @@
+"""One attempt of a step run as a Temporal activity: its turns, heartbeats and the end-mark rule.
+
+The step runs under :func:`~follower.temporal.run_cancel_safe`, so the
+activity's cancel ends it through anyio, cleanup included. Heartbeats run in
+an asyncio task beside it: each is a sync call that queues the details, so a
+heartbeat never waits on the step, nor the step on a heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from temporalio import activity
+
+from .._endings import is_cancellation
+from .._errors import TurnStateError
+from .._step import LiveTurns
+from ._bridge import STEP_CLEANUP_SECONDS, run_cancel_safe
+from ._rule import cancel_ends_for_good, failure_ends_for_good
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
+    from .._stores import ObjectStore
+    from .._turns import LiveTurn
+
+logger = logging.getLogger("follower.temporal")
+
+T = TypeVar("T")
+
+DEFAULT_HEARTBEAT_SECONDS = 10.0
+MIN_HEARTBEAT_SECONDS = 0.05
+
+
+class StepAttempt:
+    """This attempt of the step: the turns it follows, and whether it hands them off.
+
+    Made by :func:`run_activity_step`. :meth:`live_turns` makes the step's
+    :class:`~follower.LiveTurns`, always with ``resume=True``, so a retried
+    attempt continues what an earlier one stored.
+    """
+
+    def __init__(self) -> None:
+        self.turns: LiveTurns | None = None
+        self.handing_off = False
+
+    @asynccontextmanager
+    async def live_turns(
+        self, endpoint: str, store: ObjectStore, prefix_key: str, **options: Any
+    ) -> AsyncIterator[LiveTurns]:
+        """The step's :class:`~follower.LiveTurns`, entered; heartbeats report their progress.
+
+        ``options`` are LiveTurns' own; ``resume`` is always true. A failure
+        leaving the block is judged by the end-mark rule before the turns' exit
+        marks (or hands off) the step's last turn.
+        """
+        if self.turns is not None:
+            raise TurnStateError("an attempt follows one LiveTurns")
+        self.turns = LiveTurns(endpoint, store, prefix_key, resume=True, **options)
+        if self.handing_off:
+            self.turns.hand_off()
+        async with self.turns as turns:
+            try:
+                yield turns
+            except BaseException as exc:
+                self.hand_off_unless_final(exc)
+                raise
+
+    @asynccontextmanager
+    async def following(self, turn_id: str) -> AsyncIterator[LiveTurn]:
+        """The block of the next turn (``LiveTurns.following``), under the end-mark rule.
+
+        A failure leaving the block is judged before the block writes its end
+        mark: one that will be retried hands the turn off instead.
+        """
+        if self.turns is None:
+            raise TurnStateError("following() needs live_turns() entered first")
+        async with self.turns.following(turn_id) as turn:
+            try:
+                yield turn
+            except BaseException as exc:
+                self.hand_off_unless_final(exc)
+                raise
+
+    def hand_off(self) -> None:
+        """Leave every turn for the next attempt: no end marks, no null link."""
+        self.handing_off = True
+        if self.turns is not None:
+            self.turns.hand_off()
+
+    def hand_off_unless_final(self, exc: BaseException) -> bool:
+        """Apply the end-mark rule to ``exc``, ending the attempt; True when it hands off.
+
+        :meth:`following` and :meth:`live_turns` call it; a step that opens
+        its blocks itself calls it inside each block, before the exception
+        leaves it (the block writes its end mark as it exits). A cancel was
+        judged when it arrived.
+        """
+        if not self.handing_off and not is_cancellation(exc) and not failure_ends_for_good(exc):
+            self.hand_off()
+        return self.handing_off
+
+    def previous_task_ids(self) -> dict[str, str]:
+        """The task of each turn, as the previous attempt's last heartbeat reported them."""
+        found: dict[str, str] = {}
+        for details in activity.info().heartbeat_details:
+            if isinstance(details, dict):
+                for turn in details.get("turns", ()):
+                    if isinstance(turn, dict) and turn.get("task_id"):
+                        found[str(turn["turn_id"])] = str(turn["task_id"])
+        return found
+
+    def heartbeat_details(self) -> dict[str, Any]:
+        """What a heartbeat carries: each turn's id, task id, events stored, and completeness."""
+        turns = self.turns.progress() if self.turns is not None else ()
+        return {
+            "turns": [
+                {
+                    "turn_id": p.turn_id,
+                    "task_id": p.task_id,
+                    "events_stored": p.events_stored,
+                    "complete": p.complete,
+                }
+                for p in turns
+            ]
+        }
+
+
+def heartbeat_interval_seconds_for(given: float | None = None) -> float:
+    """``given``, or a third of the activity's heartbeat timeout, or 10 s without one."""
+    if given is None:
+        timeout = activity.info().heartbeat_timeout
+        given = timeout.total_seconds() / 3 if timeout else DEFAULT_HEARTBEAT_SECONDS
+    return max(given, MIN_HEARTBEAT_SECONDS)
+
+
+async def run_activity_step(
+    step: Callable[[StepAttempt], Awaitable[T]],
+    *,
+    heartbeat_interval_seconds: float | None = None,
+    cleanup_seconds: float = STEP_CLEANUP_SECONDS,
+) -> T:
+    """Run one attempt of a step inside an async activity; returns what ``step`` returns.
+
+    ``step`` gets the :class:`StepAttempt`; it makes its turns with
+    :meth:`StepAttempt.live_turns` and enters them. The activity's cancel
+    cancels the step's anyio scope and waits for its cleanup before it comes
+    out; heartbeats carry the turns' progress at a bounded rate; and the
+    end-mark rule decides whether the turns end for good or are handed off to
+    the next attempt (see ``follower.temporal._rule``).
+    """
+    attempt = StepAttempt()
+    interval = heartbeat_interval_seconds_for(heartbeat_interval_seconds)
+
+    def on_cancel() -> None:
+        if not cancel_ends_for_good():
+            attempt.hand_off()
+
+    async def run() -> T:
+        return await step(attempt)
+
+    beats = asyncio.get_running_loop().create_task(_beat(attempt, interval))
+    try:
+        return await run_cancel_safe(run, on_cancel=on_cancel, cleanup_seconds=cleanup_seconds)
+    finally:
+        beats.cancel()
+
+
+async def _beat(attempt: StepAttempt, interval: float) -> None:
+    while True:
+        try:
+            activity.heartbeat(attempt.heartbeat_details())
+        except Exception:
+            logger.exception("heartbeat failed")
+        await asyncio.sleep(interval)

@@ -1,0 +1,186 @@
+"""The cancel bridge without Temporal: native asyncio cancels against a step's cleanup.
+
+asyncio only: the bridge exists because a native ``task.cancel()`` (Temporal's
+activity cancel, an ``asyncio.timeout``) passes anyio's shields; trio has no
+such cancel. Also the progress view the heartbeats carry (both backends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import anyio
+import pytest
+
+from follower import LiveTurns, MemoryStore, TurnProgress
+from follower.temporal import run_cancel_safe
+
+from .support.agents import ENDPOINT, ScriptedAgent
+
+pytestmark = pytest.mark.anyio
+
+PREFIX = "steps/s1/"
+END_KEY = f"{PREFIX}turn-1/live/end.json"
+POLL = 0.01
+
+
+class HeldStore(MemoryStore):
+    """A store that signals its first chunk, and holds the end mark's put until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chunk_stored = anyio.Event()
+        self.end_started = anyio.Event()
+        self.release = anyio.Event()
+        self.hold_end = True
+
+    async def put(self, key: str, body: bytes, *, content_type: str) -> None:
+        if key.endswith("/end.json") and self.hold_end:
+            self.end_started.set()
+            await self.release.wait()
+        await super().put(key, body, content_type=content_type)
+        if key.endswith(".jsonl"):
+            self.chunk_stored.set()
+
+
+def following_step(agent: ScriptedAgent, store: MemoryStore) -> Any:
+    async def step() -> None:
+        turns = LiveTurns(
+            ENDPOINT, store, PREFIX, client=agent.client(), poll_interval_seconds=POLL
+        )
+        async with turns, turns.following("turn-1") as turn:
+            turn.follow("t1")
+            await anyio.sleep_forever()
+
+    return step
+
+
+def running_agent() -> ScriptedAgent:
+    agent = ScriptedAgent()
+    agent.add_task("t1")
+    agent.publish("t1", "a", "b")
+    return agent
+
+
+async def end_mark(store: MemoryStore) -> Any:
+    return json.loads(await store.get(END_KEY)) if await store.list(END_KEY) else None
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_an_asyncio_timeout_around_the_step_ends_it_through_its_cleanup() -> None:
+    agent, store = running_agent(), HeldStore()
+    store.hold_end = False
+    loop = asyncio.get_running_loop()
+    with anyio.fail_after(10):
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(None) as timeout:
+                async with anyio.create_task_group() as tg:
+
+                    async def expire_after_first_chunk() -> None:
+                        await store.chunk_stored.wait()
+                        timeout.reschedule(loop.time())
+
+                    tg.start_soon(expire_after_first_chunk)
+                    await run_cancel_safe(following_step(agent, store))
+    assert await end_mark(store) == {"state": "canceled", "next": 2, "complete": False}
+
+
+async def cancel_twice(store: HeldStore, bridged: bool) -> asyncio.Task[None]:
+    """The step is cancelled natively, then again while it writes its end mark."""
+    agent = running_agent()
+    step = following_step(agent, store)
+    task = asyncio.get_running_loop().create_task(
+        run_cancel_safe(step) if bridged else step(), name="activity"
+    )
+    await store.chunk_stored.wait()
+    task.cancel()
+    await store.end_started.wait()
+    task.cancel()  # a second native cancel, in the middle of the end mark's put
+    store.release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return task
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_second_native_cancel_during_the_end_mark_does_not_abort_it() -> None:
+    store = HeldStore()
+    with anyio.fail_after(10):
+        task = await cancel_twice(store, bridged=True)
+    assert task.cancelled(), "the cancel comes out"
+    assert await end_mark(store) == {"state": "canceled", "next": 2, "complete": False}
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_without_the_bridge_the_second_cancel_aborts_the_end_mark() -> None:
+    # What the bridge is for: anyio's shield does not hold off a native cancel.
+    store = HeldStore()
+    with anyio.fail_after(10):
+        await cancel_twice(store, bridged=False)
+    assert await end_mark(store) is None
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_cleanup_that_overruns_its_bound_is_logged_and_the_cancel_comes_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    entered = anyio.Event()
+
+    async def stuck_cleanup() -> None:
+        try:
+            entered.set()
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep_forever()
+
+    with anyio.fail_after(10):
+        task = asyncio.get_running_loop().create_task(
+            run_cancel_safe(stuck_cleanup, cleanup_seconds=0.2)
+        )
+        await entered.wait()
+        task.cancel()
+        with (
+            caplog.at_level(logging.ERROR, "follower.temporal"),
+            pytest.raises(asyncio.CancelledError),
+        ):
+            await task
+    assert "did not finish its cleanup within 0.2 s" in caplog.text
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_step_that_is_not_cancelled_returns_or_raises_as_itself() -> None:
+    async def returns() -> int:
+        await anyio.lowlevel.checkpoint()
+        return 7
+
+    async def raises() -> None:
+        await anyio.lowlevel.checkpoint()
+        raise LookupError("the step's own")
+
+    with anyio.fail_after(10):
+        assert await run_cancel_safe(returns) == 7
+        with pytest.raises(LookupError, match="the step's own"):
+            await run_cancel_safe(raises)
+
+
+async def test_progress_shows_each_turn_its_task_and_events_stored() -> None:
+    agent, store = running_agent(), HeldStore()
+    store.hold_end = False
+    with anyio.fail_after(10):
+        turns = LiveTurns(
+            ENDPOINT, store, PREFIX, client=agent.client(), poll_interval_seconds=POLL
+        )
+        async with turns:
+            assert turns.progress() == ()
+            async with turns.following("turn-1") as turn:
+                assert turns.progress() == (TurnProgress("turn-1", None, 0, False),)
+                turn.follow("t1")
+                await store.chunk_stored.wait()
+                assert turns.progress() == (TurnProgress("turn-1", "t1", 2, False),)
+                agent.finish("t1")
+                turn.ended("completed")
+        assert turns.progress() == (TurnProgress("turn-1", "t1", 2, True),)
