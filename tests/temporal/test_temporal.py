@@ -1,0 +1,165 @@
+"""Steps as Temporal activities, on a real dev server, against the reference agent on loopback.
+
+asyncio only (temporalio is asyncio-only; the conftest sets the backend). Each
+test bounds itself with ``anyio.fail_after``; order comes from stored objects
+and the agent's statistics, polled, never from sleeps.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import CancelledError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from follower import FilesystemStore
+from follower.temporal import run_a2a_step
+from follower.temporal.workflow_types import A2AStepParams, A2AStepResult, StepTurn, StoreSpec
+from follower.testing import ReferenceAgent, TaskScript, serve_agent
+
+from ..support.stored import stored_turn
+from .workflows import StepWorkflow
+
+pytestmark = pytest.mark.anyio
+
+PREFIX = "steps/s1/"
+POLL = 0.05
+
+
+@asynccontextmanager
+async def served(agent: ReferenceAgent) -> AsyncIterator[str]:
+    async with anyio.create_task_group() as tg:
+        url = await tg.start(serve_agent, agent)
+        yield url
+        tg.cancel_scope.cancel()
+
+
+def worker(client: Client, queue: str) -> Worker:
+    return Worker(client, task_queue=queue, workflows=[StepWorkflow], activities=[run_a2a_step])
+
+
+def params(url: str, root: Path, *turns: str) -> A2AStepParams:
+    return A2AStepParams(
+        agent_url=url,
+        store=StoreSpec.filesystem(str(root)),
+        prefix_key=PREFIX,
+        turns=[StepTurn(turn, f"message of {turn}") for turn in turns],
+        poll_interval_seconds=POLL,
+        task_poll_seconds=POLL,
+    )
+
+
+async def start(client: Client, queue: str, p: A2AStepParams) -> Any:
+    return await client.start_workflow(
+        StepWorkflow.run, p, id=f"step-{uuid.uuid4().hex}", task_queue=queue
+    )
+
+
+async def until(condition: Callable[[], Any]) -> None:
+    """Poll what the store or the agent holds until ``condition()`` is true."""
+    # A file store has no change notice: the objects are polled at the follower's pace.
+    while True:
+        if await condition():
+            return
+        await anyio.sleep(POLL)
+
+
+def stored_events(store: FilesystemStore, turn: str) -> Callable[[], Any]:
+    async def count() -> int:
+        names = await store.list(f"{PREFIX}{turn}/live/")
+        return max((int(n[-14:-6]) for n in names if n.endswith(".jsonl")), default=0)
+
+    return count
+
+
+async def test_a_workflow_runs_the_step_and_stores_every_event_once(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    agent = ReferenceAgent(script=TaskScript(events=12, interval_seconds=0.02))
+    queue = uuid.uuid4().hex
+    store = FilesystemStore(tmp_path)
+    with anyio.fail_after(30):
+        async with served(agent) as url, worker(temporal_env.client, queue):
+            handle = await start(temporal_env.client, queue, params(url, tmp_path, "t-1", "t-2"))
+            result: A2AStepResult = await handle.result()
+    assert [(t.turn_id, t.state, t.events_stored, t.complete) for t in result.turns] == [
+        ("t-1", "completed", 12, True),
+        ("t-2", "completed", 12, True),
+    ]
+    first, second = [await stored_turn(store, PREFIX, t) for t in ("t-1", "t-2")]
+    assert first.events == [agent.script.event(i) for i in range(12)]
+    assert second.events == first.events
+    assert first.end == {"state": "completed", "next": 12, "complete": True}
+    assert first.next_turn == {"turn": "t-2"}
+    assert second.next_turn == {"turn": None}
+    assert first.task is not None
+    assert first.task["task_id"] == result.turns[0].task_id
+
+
+async def test_a_workflow_cancel_mid_turn_marks_it_canceled_and_cancels_the_agents_task(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    agent = ReferenceAgent(script=TaskScript(events=1000, interval_seconds=0.02))
+    queue = uuid.uuid4().hex
+    store = FilesystemStore(tmp_path)
+    with anyio.fail_after(30):
+        async with served(agent) as url, worker(temporal_env.client, queue):
+            handle = await start(temporal_env.client, queue, params(url, tmp_path, "t-1", "t-2"))
+            count = stored_events(store, "t-1")
+            await until(lambda: _at_least(count, 5))
+            await handle.cancel()
+            with pytest.raises(WorkflowFailureError) as caught:
+                await handle.result()
+            assert isinstance(caught.value.cause, CancelledError)
+            stats = agent.statistics()
+    turn = await stored_turn(store, PREFIX, "t-1")
+    assert turn.end is not None
+    assert turn.end["state"] == "canceled"
+    assert turn.end["complete"] is False
+    assert turn.end["next"] == len(turn.events) >= 5
+    assert turn.next_turn == {"turn": None}, "the step ended for good: its last turn is marked"
+    assert stats.canceled_tasks == 1, "the agent was told to cancel its task"
+    assert await store.list(f"{PREFIX}t-2/") == [], "the second turn never started"
+
+
+async def test_a_worker_stopped_mid_turn_hands_off_and_the_retry_on_another_resumes(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    agent = ReferenceAgent(script=TaskScript(events=80, interval_seconds=0.02))
+    queue = uuid.uuid4().hex
+    store = FilesystemStore(tmp_path)
+    count = stored_events(store, "t-1")
+    with anyio.fail_after(45):
+        async with served(agent) as url:
+            async with worker(temporal_env.client, queue):
+                handle = await start(temporal_env.client, queue, params(url, tmp_path, "t-1"))
+                await until(lambda: _at_least(count, 5))
+            # The first worker has shut down: its attempt handed the turn off.
+            handed_off = await stored_turn(store, PREFIX, "t-1")
+            assert handed_off.end is None
+            assert handed_off.next_turn is None
+            assert 5 <= len(handed_off.events) < 80
+            async with worker(temporal_env.client, queue):
+                result: A2AStepResult = await handle.result()
+            stats = agent.statistics()
+    turn = await stored_turn(store, PREFIX, "t-1")
+    assert turn.events == [agent.script.event(i) for i in range(80)], "each event once, in order"
+    assert turn.chunks[0][0] == 0
+    assert turn.end == {"state": "completed", "next": 80, "complete": True}
+    assert turn.next_turn == {"turn": None}
+    assert handed_off.task is not None
+    assert result.turns[0].task_id == handed_off.task["task_id"]
+    assert stats.tasks == 1, "the retry followed the same task on"
+    assert stats.canceled_tasks == 0, "a handed-off turn's task goes on"
+
+
+async def _at_least(count: Callable[[], Any], n: int) -> bool:
+    return bool(await count() >= n)
