@@ -1,0 +1,254 @@
+"""A write-once store in an S3 bucket: boto3 in worker threads, behind the async protocol.
+
+The only module that imports boto3; ``follower`` imports it on first use of
+``S3Store``, so the library itself never needs boto3 (the ``s3`` extra).
+
+Write-once is S3's own: every put is conditional (``If-None-Match: *``), so S3
+decides atomically which of racing writers wins. A put that finds the key taken
+(412) reads it back and compares: the same bytes are done, other bytes conflict.
+S3 answers 409 when a concurrent write to the key is still in progress and asks
+for a retry; the put retries a few times, then gives up with a :class:`StoreError`.
+
+Calls run in worker threads, at most ``max_threads`` at once per store and event
+loop, and are abandoned on cancel: the thread finishes its call on its own (bounded
+by the client's timeouts), and the same-bytes rule makes a retry of that put safe.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+
+from ._errors import InvalidArgumentError, InvalidKeyError, ObjectNotFoundError, StoreError
+from ._keys import check_key, check_list_prefix, check_prefix
+from ._stores import check_same_bytes
+
+try:
+    import boto3.session
+    import botocore.config
+    from botocore.exceptions import BotoCoreError, ClientError
+except ImportError as exc:  # pragma: no cover - depends on what is installed
+    raise ImportError(
+        "follower.S3Store needs boto3: pip install 'follower[s3]'", name=exc.name
+    ) from exc
+
+if TYPE_CHECKING:
+    import builtins
+    from collections.abc import Callable
+
+    from mypy_boto3_s3 import S3Client
+
+_T = TypeVar("_T")
+_Args = TypeVarTuple("_Args")
+
+# Attempts of a put that S3 keeps answering 409 (a concurrent write in progress),
+# with a short pause before each retry.
+_CONFLICT_ATTEMPTS = 4
+_CONFLICT_PAUSE_SECONDS = 0.05
+
+# The client the store makes when given none: bounded waits, few retries. A
+# caller who wants others makes the client.
+_CONNECT_TIMEOUT_SECONDS = 10.0
+_READ_TIMEOUT_SECONDS = 30.0
+_MAX_ATTEMPTS = 3
+
+
+class S3Store:
+    """A write-once store in an S3 bucket, or any S3-compatible service, under a key prefix.
+
+    Give a ready boto3 S3 client (``client=``), or the settings the store makes
+    one with (``endpoint_url``, ``region_name``; credentials come from boto3's
+    usual chain: environment, shared files, instance roles). The store makes its
+    client once, on first use, in a worker thread; clients are thread-safe.
+
+    Keys follow the library's key rules and are stored as ``prefix + key``;
+    listings are relative to ``prefix``. The service must honour
+    ``If-None-Match: *`` on PutObject, as Amazon S3 does: write-once rests on it.
+
+    At most ``max_threads`` calls run at once, each in a worker thread (a client
+    the store makes has as many connections); share one store between steps
+    rather than making one per step.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        *,
+        prefix: str = "",
+        client: S3Client | None = None,
+        endpoint_url: str | None = None,
+        region_name: str | None = None,
+        max_threads: int = 10,
+    ) -> None:
+        if not isinstance(bucket, str) or not bucket or "/" in bucket:
+            raise InvalidArgumentError(f"invalid bucket {bucket!r}: a bucket name, no '/'")
+        if client is not None and (endpoint_url is not None or region_name is not None):
+            raise InvalidArgumentError(
+                "give S3Store a client, or the settings to make one (endpoint_url, "
+                "region_name), not both"
+            )
+        if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
+            raise InvalidArgumentError(f"max_threads must be a positive int, not {max_threads!r}")
+        self._bucket = bucket
+        self._prefix = check_prefix(prefix)
+        self._client = client
+        self._endpoint_url = endpoint_url
+        self._region_name = region_name
+        self._max_threads = max_threads
+        self._client_lock = threading.Lock()
+        # A limiter belongs to one event loop: each run gets its own.
+        self._limiter: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar(
+            f"follower.S3Store.limiter.{id(self)}"
+        )
+
+    @property
+    def bucket(self) -> str:
+        return self._bucket
+
+    @property
+    def prefix(self) -> str:
+        return self._prefix
+
+    def __repr__(self) -> str:
+        where = f", endpoint_url={self._endpoint_url!r}" if self._endpoint_url else ""
+        return f"S3Store({self._bucket!r}, prefix={self._prefix!r}{where})"
+
+    def _where(self) -> str:
+        at = f" at {self._endpoint_url}" if self._endpoint_url else ""
+        return f"s3://{self._bucket}/{self._prefix}{at}"
+
+    async def put(self, key: str, body: bytes, *, content_type: str) -> None:
+        check_key(key)
+        await self._run(self._put_sync, key, bytes(body), content_type)
+
+    async def get(self, key: str) -> bytes:
+        check_key(key)
+        return await self._run(self._get_sync, key)
+
+    async def list(self, prefix: str) -> list[str]:
+        check_list_prefix(prefix)
+        return await self._run(self._list_sync, prefix)
+
+    # --- in worker threads ----------------------------------------------------------
+
+    async def _run(self, call: Callable[[*_Args], _T], *args: *_Args) -> _T:
+        limiter = self._limiter.get(None)
+        if limiter is None:
+            limiter = anyio.CapacityLimiter(self._max_threads)
+            self._limiter.set(limiter)
+        return await anyio.to_thread.run_sync(call, *args, abandon_on_cancel=True, limiter=limiter)
+
+    def _client_sync(self) -> S3Client:
+        with self._client_lock:
+            if self._client is None:
+                config = botocore.config.Config(
+                    connect_timeout=_CONNECT_TIMEOUT_SECONDS,
+                    read_timeout=_READ_TIMEOUT_SECONDS,
+                    retries={"mode": "standard", "total_max_attempts": _MAX_ATTEMPTS},
+                    max_pool_connections=self._max_threads,
+                )
+                # A session of its own: boto3's default session is not thread-safe.
+                try:
+                    self._client = boto3.session.Session().client(
+                        "s3",
+                        endpoint_url=self._endpoint_url,
+                        region_name=self._region_name,
+                        config=config,
+                    )
+                except (BotoCoreError, ValueError) as exc:
+                    where = self._where()
+                    raise StoreError(f"cannot make an S3 client for {where}: {exc}") from exc
+            return self._client
+
+    def _put_sync(self, key: str, body: bytes, content_type: str) -> None:
+        client = self._client_sync()
+        for attempt in range(_CONFLICT_ATTEMPTS):
+            if attempt:
+                time.sleep(_CONFLICT_PAUSE_SECONDS * 2 ** (attempt - 1))
+            try:
+                client.put_object(
+                    Bucket=self._bucket,
+                    Key=self._prefix + key,
+                    Body=body,
+                    ContentType=content_type,
+                    IfNoneMatch="*",
+                )
+                return
+            except ClientError as exc:
+                status, code = _status_and_code(exc)
+                if status == 409 or code == "ConditionalRequestConflict":
+                    continue  # another write of the key is in progress: S3 asks for a retry
+                if status != 412 and code != "PreconditionFailed":
+                    raise self._error("put", key, exc) from exc
+            except BotoCoreError as exc:
+                raise self._error("put", key, exc) from exc
+            try:
+                stored = self._get_sync(key)
+            except ObjectNotFoundError:
+                continue  # taken, then deleted by someone else: write again
+            check_same_bytes(key, stored, body)
+            return
+        raise StoreError(
+            f"cannot put {key!r} in {self._where()}: S3 reported a concurrent write "
+            f"{_CONFLICT_ATTEMPTS} times in a row"
+        )
+
+    def _get_sync(self, key: str) -> bytes:
+        client = self._client_sync()
+        try:
+            answer = client.get_object(Bucket=self._bucket, Key=self._prefix + key)
+            with answer["Body"] as stream:
+                return stream.read()
+        except ClientError as exc:
+            status, code = _status_and_code(exc)
+            if code == "NoSuchKey" or (status == 404 and code != "NoSuchBucket"):
+                raise ObjectNotFoundError(f"no object {key!r}") from None
+            raise self._error("get", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._error("get", key, exc) from exc
+
+    def _list_sync(self, prefix: str) -> builtins.list[str]:
+        client = self._client_sync()
+        skip = len(self._prefix)
+        keys = []
+        try:
+            pages = client.get_paginator("list_objects_v2").paginate(
+                Bucket=self._bucket, Prefix=self._prefix + prefix
+            )
+            for page in pages:
+                for item in page.get("Contents", []):
+                    keys.append(item["Key"][skip:])
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error("list", prefix, exc) from exc
+        # Objects no key can name (a console's folder marker "a/", say) are not
+        # the store's: a listing shows only what get can read.
+        return sorted(key for key in keys if _is_key(key))
+
+    def _error(self, operation: str, key: str, exc: Exception) -> StoreError:
+        if isinstance(exc, ClientError):
+            status, code = _status_and_code(exc)
+            message = exc.response.get("Error", {}).get("Message") or ""
+            detail = f"{code or 'error'} ({status}){': ' + message if message else ''}"
+        else:
+            detail = str(exc)
+        detail = " ".join(detail.split())  # one line, whatever the service sent
+        return StoreError(f"cannot {operation} {key!r} in {self._where()}: {detail}")
+
+
+def _status_and_code(exc: ClientError) -> tuple[int | None, str]:
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    code = exc.response.get("Error", {}).get("Code") or ""
+    return status, code
+
+
+def _is_key(key: str) -> bool:
+    try:
+        check_key(key)
+    except InvalidKeyError:
+        return False
+    return True
