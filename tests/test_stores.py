@@ -5,7 +5,8 @@ As docs/design.md, "Stores: write-once", describes them.
 Every store: put/get/list round-trip, sorted prefix listings, write-once with
 exactly one winner among racing writers, typed errors for missing objects and bad
 keys. The filesystem store also never shows half an object, never reaches outside
-its root, and turns OS failures into :class:`follower.StoreError`.
+its root, and turns OS failures into :class:`follower.StoreError`. ``S3Store`` runs
+the same contract on the S3 server of tests/test_s3_store.py.
 
 These run in real time on the default backends: the filesystem store works in
 worker threads, which virtual clocks would time out.
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -32,8 +35,11 @@ from follower import (
     ObjectExistsError,
     ObjectNotFoundError,
     ObjectStore,
+    S3Store,
     StoreError,
 )
+
+from .test_s3_store import new_bucket, running_s3_server
 
 pytestmark = pytest.mark.anyio
 
@@ -66,10 +72,22 @@ BAD_LIST_PREFIXES = [
 ]
 
 
-@pytest.fixture(params=["memory", "filesystem-path", "filesystem-str"])
+@pytest.fixture(scope="module")
+def s3_client() -> Iterator[Any]:
+    with running_s3_server() as server:
+        client = server.client(max_pool_connections=20)
+        yield client
+        client.close()
+
+
+@pytest.fixture(params=["memory", "filesystem-path", "filesystem-str", "s3"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
     if request.param == "memory":
         return MemoryStore()
+    if request.param == "s3":
+        # The server starts for the first S3 test only; each test has a bucket of its own.
+        client = request.getfixturevalue("s3_client")
+        return S3Store(new_bucket(client), client=client)
     root = tmp_path / "store"
     return FilesystemStore(root if request.param == "filesystem-path" else str(root))
 
