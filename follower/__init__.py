@@ -1,8 +1,6 @@
 """Follow an A2A agent's live trajectory while a step runs, store it as it is read,
 and never outlive the step that started it."""
 
-import typing as _typing
-
 from ._a2a import A2AAgent as A2AAgent
 from ._a2a import A2ATask as A2ATask
 from ._a2a import connect_agent as connect_agent
@@ -86,7 +84,6 @@ __all__ = [
     "PageTooLargeError",
     "PoolBusyError",
     "ReaderIdleError",
-    "S3Store",
     "StoreError",
     "StoredEvent",
     "TaskMismatchError",
@@ -109,25 +106,4 @@ __all__ = [
     "run_a2a_turn",
 ]
 
-# Names whose modules need an extra, imported on first access (PEP 562), so that
-# `import follower` never needs boto3. Type checkers see them as plain imports.
-_LAZY = {"S3Store": "._s3"}
-
-_name_as_public(__name__, globals(), [name for name in __all__ if name not in _LAZY])
-
-if _typing.TYPE_CHECKING:
-    from ._s3 import S3Store as S3Store
-else:
-
-    def __getattr__(name: str) -> object:
-        if name not in _LAZY:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        _name_as_public(__name__, {name: value}, [name])
-        globals()[name] = value
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted({*globals(), *_LAZY})
+_name_as_public(__name__, globals(), __all__)

@@ -33,9 +33,7 @@ try:
     import botocore.config
     from botocore.exceptions import BotoCoreError, ClientError
 except ImportError as exc:  # pragma: no cover - depends on what is installed
-    raise ImportError(
-        "follower.S3Store needs boto3: pip install 'follower[s3]'", name=exc.name
-    ) from exc
+    raise ImportError("follower.s3 needs boto3: pip install 'follower[s3]'", name=exc.name) from exc
 
 if TYPE_CHECKING:
     import builtins

@@ -28,7 +28,6 @@ DESIGN_NAMES = {
     "ObjectStore",
     "FilesystemStore",
     "MemoryStore",
-    "S3Store",
     "FollowerError",
     "ObjectExistsError",
     "ObjectConflictError",
@@ -71,9 +70,7 @@ DESIGN_NAMES = {
 
 
 def test_exported_names_are_exactly_the_public_api() -> None:
-    # Subpackages (follower.testing) appear as attributes once imported: not names.
-    # A name whose module needs an extra (S3Store: boto3) is imported on first access,
-    # so it is in vars() only from then on; dir() lists it either way.
+    # Subpackages (follower.testing, follower.s3) appear as attributes once imported: not names.
     public = {
         name
         for name in dir(follower)
@@ -83,7 +80,7 @@ def test_exported_names_are_exactly_the_public_api() -> None:
 
 
 def test_every_export_lives_in_a_private_module() -> None:
-    values = {name: getattr(follower, name) for name in DESIGN_NAMES}  # lazy ones too
+    values = {name: getattr(follower, name) for name in DESIGN_NAMES}
     private = [m for n, m in sys.modules.items() if n.startswith("follower._")]
     for name, value in values.items():
         homes = [m.__name__ for m in private if vars(m).get(name) is value]

@@ -36,7 +36,6 @@ from moto.moto_server.werkzeug_app import (
 )
 from werkzeug.serving import make_server
 
-import follower
 from follower import (
     InvalidArgumentError,
     InvalidKeyError,
@@ -44,11 +43,11 @@ from follower import (
     ObjectConflictError,
     ObjectExistsError,
     ObjectNotFoundError,
-    S3Store,
     StoreError,
     TrajectoryState,
     read_live_trajectory,
 )
+from follower.s3 import S3Store
 
 from .support.agents import ENDPOINT, ScriptedAgent
 from .support.stored import stored_turn
@@ -193,29 +192,30 @@ async def put_many(store: S3Store, keys: list[str]) -> None:
 # --- the public name ------------------------------------------------------------------
 
 
-def test_importing_follower_loads_no_boto3_and_s3store_says_what_it_needs() -> None:
+def test_importing_follower_loads_no_boto3_and_follower_s3_says_what_it_needs() -> None:
     script = (
         "import sys\n"
         "import follower\n"
         "assert 'boto3' not in sys.modules and 'botocore' not in sys.modules\n"
-        "assert 'S3Store' in dir(follower) and 'S3Store' in follower.__all__\n"
         "sys.modules['boto3'] = None\n"  # as if not installed
         "try:\n"
-        "    follower.S3Store\n"
+        "    import follower.s3\n"
         "except ImportError as exc:\n"
         "    print(exc)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
     )
-    assert done.stdout.strip() == "follower.S3Store needs boto3: pip install 'follower[s3]'"
+    assert done.stdout.strip() == "follower.s3 needs boto3: pip install 'follower[s3]'"
 
 
 def test_s3store_is_the_public_name_of_its_class() -> None:
+    import follower.s3
     from follower._s3 import S3Store as defined
 
-    assert follower.S3Store is defined
-    assert defined.__module__ == "follower"
+    assert follower.s3.__all__ == ["S3Store"]
+    assert follower.s3.S3Store is defined
+    assert defined.__module__ == "follower.s3"
     assert isinstance(S3Store("bucket"), follower.ObjectStore)
 
 
@@ -577,8 +577,8 @@ async def test_a_step_stored_in_s3_reads_back_turn_after_turn(bucket: str, s3_cl
     ]
     first = await stored_turn(store, prefix, "turn-1")
     second = await stored_turn(store, prefix, "turn-2")
-    assert first.end == {"state": "completed", "next": 6}
+    assert first.end == {"state": "completed", "next": 6, "complete": True}
     assert first.next_turn == {"turn": "turn-2"}
-    assert second.end == {"state": "failed", "next": 2}
+    assert second.end == {"state": "failed", "next": 2, "complete": True}
     assert second.next_turn == {"turn": None}
     assert all(key.startswith(f"runs/{prefix}") for key in raw_keys(s3_client, bucket))

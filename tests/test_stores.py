@@ -35,9 +35,9 @@ from follower import (
     ObjectExistsError,
     ObjectNotFoundError,
     ObjectStore,
-    S3Store,
     StoreError,
 )
+from follower.s3 import S3Store
 
 from .test_s3_store import new_bucket, running_s3_server
 
