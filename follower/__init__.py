@@ -5,6 +5,7 @@ from ._a2a import A2AAgent as A2AAgent
 from ._a2a import A2ATask as A2ATask
 from ._a2a import connect_agent as connect_agent
 from ._a2a import run_a2a_turn as run_a2a_turn
+from ._chain import TurnProgress as TurnProgress
 from ._chunks import LiveTrajectoryChunks as LiveTrajectoryChunks
 from ._discovery import live_trajectory_endpoint as live_trajectory_endpoint
 from ._errors import A2AProtocolError as A2AProtocolError
@@ -48,7 +49,6 @@ from ._stores import FilesystemStore as FilesystemStore
 from ._stores import MemoryStore as MemoryStore
 from ._stores import ObjectStore as ObjectStore
 from ._turns import LiveTurn as LiveTurn
-from ._turns import TurnProgress as TurnProgress
 from ._wire import TrajectoryBatch as TrajectoryBatch
 from ._wire import TrajectoryState as TrajectoryState
 

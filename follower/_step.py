@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import anyio
 import attrs
 
+from ._chain import TurnChain, TurnProgress
 from ._chunks import LiveTrajectoryChunks, write_next_turn
 from ._clients import leased_client
 from ._endings import CLEANUP_SECONDS, bounded_cleanup, is_stopped_from_outside
@@ -26,7 +27,7 @@ from ._options import (
     FollowOptions,
 )
 from ._stored_turn import read_stored_turn
-from ._turns import TurnChain, TurnProgress, open_turn
+from ._turns import open_turn
 from ._wire import TrajectoryState
 
 if TYPE_CHECKING:

@@ -1,0 +1,48 @@
+"""A step's shared record of its turns: their order, their hand-offs, where each stands.
+
+Sync values with no I/O: the step (``_step``) owns one :class:`TurnChain`, each
+turn's block (``_turns``) asks it who came before and reports a :class:`TurnProgress`.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen
+class TurnProgress:
+    """Where one turn of a step stands now: its task, and how many of its events are stored."""
+
+    turn_id: str
+    task_id: str | None
+    """The task the turn follows; None until ``follow()``."""
+    events_stored: int
+    """Events stored in contiguous chunks from position 0 (a resumed turn's included)."""
+    complete: bool
+    """Whether every event of the task is stored: the terminal page was read."""
+
+
+class TurnChain:
+    """The order of a step's turns: who followed last, so the next one can link from it.
+
+    Sync and owned by one step (:class:`LiveTurns`, or a lone turn's block). A
+    turn that follows a task asks :meth:`followed`, and is the previous turn of
+    whichever turn follows next. ``handing_off`` is the step's word that its
+    turns have not ended for good (no end marks, no null link); ``handed_off``
+    names the turns that said so of themselves.
+    """
+
+    def __init__(self, last_followed: str | None = None) -> None:
+        self.last_followed = last_followed
+        self.handing_off = False
+        self.handed_off: set[str] = set()
+
+    @property
+    def ends_for_good(self) -> bool:
+        """Whether the step's last followed turn is its last: not handed off."""
+        return not self.handing_off and self.last_followed not in self.handed_off
+
+    def followed(self, turn_id: str) -> str | None:
+        """Record that ``turn_id`` follows a task; the turn it links from, if any."""
+        previous, self.last_followed = self.last_followed, turn_id
+        return previous if previous != turn_id else None
