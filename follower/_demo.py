@@ -2,8 +2,8 @@
 
 The demo is the main job end to end: it serves the reference agent on loopback,
 runs a step of several A2A turns against it (message, live trajectory, wait),
-stores the trajectory under a folder, shows each turn as it is read back from
-the store, and checks at the end that every turn is stored, linked and ended.
+stores the trajectory (in a folder or a bucket), shows each turn as it is read
+back from the store, and checks at the end that every turn is stored, linked and ended.
 
 Plain arguments in, plain results out: the command line parses and checks its
 arguments and turns errors into exit codes; nothing here knows of it.
@@ -26,13 +26,14 @@ from ._layout import EndMark, TurnKeys
 from ._reader import read_live_trajectory
 from ._step import LiveTurns
 from ._stored_turn import read_stored_turn
+from ._stores import FilesystemStore
 from .testing import ReferenceAgent, TaskScript, serve_agent
 
 if TYPE_CHECKING:
     from typing import TextIO
 
     from ._a2a import A2AAgent, A2ATask
-    from ._stores import FilesystemStore, ObjectStore
+    from ._stores import ObjectStore
     from .testing import Fault
 
 DEMO_TASK_DEADLINE_SECONDS = 15.0
@@ -111,8 +112,19 @@ class TurnDisplay:
         self._out.flush()
 
 
+def stored_where(store: ObjectStore, prefix: str) -> str:
+    """Where ``prefix`` is in ``store``, for people: a folder, or ``s3://bucket/key-prefix``."""
+    if isinstance(store, FilesystemStore):
+        return str(store.root / prefix)
+    # Looked up, not imported: only a loaded follower.s3 can have made an S3 store.
+    s3 = sys.modules.get("follower._s3")
+    if s3 is not None and isinstance(store, s3.S3Store):
+        return f"s3://{store.bucket}/{store.prefix}{prefix}"
+    return f"{prefix} in {store!r}"
+
+
 async def run_demo(
-    store: FilesystemStore,
+    store: ObjectStore,
     *,
     turns: int,
     events: int,
@@ -146,7 +158,7 @@ async def run_demo(
     async with anyio.create_task_group() as tg:
         url = await tg.start(serve_agent, agent)
         out.write(f"reference agent on {url} (fault: {fault_label})\n")
-        out.write(f"storing the step under {store.root / prefix}\n")
+        out.write(f"storing the step under {stored_where(store, prefix)}\n")
         out.write(f"{len(turn_ids)} turns of {events} events, one every {interval_seconds} s\n")
         out.flush()
         watched = anyio.Event()
@@ -168,7 +180,7 @@ async def run_demo(
     for line in report.lines:
         out.write(f"  {line}\n")
     out.write(f"{report.verdict}\n")
-    out.write(f"stored under {store.root / prefix}\n")
+    out.write(f"stored under {stored_where(store, prefix)}\n")
     out.flush()
     return report.ok
 
