@@ -17,6 +17,7 @@ import anyio
 
 from ._a2a import cancel_task_quietly, connect_agent, follow_a2a_task
 from ._cli_parser import build_parser
+from ._cli_store import S3Location, s3_store
 from ._errors import (
     AgentUnavailableError,
     FollowerError,
@@ -159,12 +160,34 @@ def store_at(path: Path, *, must_exist: bool) -> FilesystemStore:
     return FilesystemStore(path)
 
 
+async def open_store(
+    where: Path | S3Location, *, must_exist: bool, endpoint_url: str | None
+) -> ObjectStore:
+    """The store a command was given: a folder (see :func:`store_at`) or an S3 bucket.
+
+    A bucket is listed once before use, so that a missing one (or a refusal) ends
+    the command before it starts anything, as a :class:`StoreError` (exit 6).
+    """
+    if not isinstance(where, S3Location):
+        return store_at(where, must_exist=must_exist)
+    try:
+        store = s3_store(where, endpoint_url=endpoint_url)
+    except ImportError:
+        raise CommandError(
+            f"the store {where} needs boto3: pip install 'follower[s3]'", EXIT_USAGE
+        ) from None
+    await store.list("follower-probe/")
+    return store
+
+
 def _print_json(value: Any) -> None:
     print(json.dumps(value, separators=(",", ":")), flush=True)
 
 
 async def _follow(args: argparse.Namespace) -> int:
-    store: ObjectStore = store_at(args.store, must_exist=False) if args.store else MemoryStore()
+    store: ObjectStore = MemoryStore()
+    if args.store is not None:
+        store = await open_store(args.store, must_exist=False, endpoint_url=args.endpoint_url)
     async with connect_agent(args.url) as agent:
         endpoint = agent.trajectory_endpoint
         if endpoint is None:
@@ -288,7 +311,7 @@ async def _print_events(
 
 
 async def _tail(args: argparse.Namespace) -> int:
-    store = store_at(args.store, must_exist=True)
+    store = await open_store(args.store, must_exist=True, endpoint_url=args.endpoint_url)
     await _print_events(
         store, args.prefix, args.turn, args.poll, with_turns=True, idle_timeout=args.idle_timeout
     )
@@ -336,7 +359,7 @@ async def _demo(args: argparse.Namespace) -> int:
     if args.turns < 1 or args.events < 0 or args.interval < 0:
         raise CommandError("--turns must be >= 1, --events and --interval >= 0", EXIT_USAGE)
     fault = _fault(args.fault, args.events)
-    store = store_at(args.store, must_exist=False)
+    store = await open_store(args.store, must_exist=False, endpoint_url=args.endpoint_url)
     from ._demo import run_demo
 
     ok = await run_demo(

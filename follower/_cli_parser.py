@@ -6,7 +6,8 @@ Parsing only: ``command`` in the parsed arguments names what ``_cli`` runs.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+
+from ._cli_store import store_argument
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,10 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--store",
-        type=Path,
-        default=Path("follower-demo"),
-        help="the folder to store the trajectory in (default: ./follower-demo/)",
+        type=store_argument,
+        default="follower-demo",
+        help="the folder or s3://BUCKET/PREFIX/ to store the trajectory in "
+        "(default: ./follower-demo/)",
     )
+    _endpoint_url(demo)
     demo.add_argument("--turns", type=int, default=3, help="how many turns (default: 3)")
     demo.add_argument("--events", type=int, default=40, help="events per turn (default: 40)")
     demo.add_argument(
@@ -80,7 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
         "is asked to cancel it, as with --message",
     )
     which.add_argument("--message", help="send this message and follow the new task")
-    follow.add_argument("--store", type=Path, default=None, help="also store it under this folder")
+    follow.add_argument(
+        "--store",
+        type=store_argument,
+        default=None,
+        help="also store it under this folder or s3://BUCKET/PREFIX/",
+    )
+    _endpoint_url(follow)
     follow.add_argument(
         "--prefix",
         default=None,
@@ -104,7 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the events stored under STORE/PREFIX, from TURN on, as JSON "
         'lines {"turn", "index", "event"}, until the step\'s last turn ends.',
     )
-    tail.add_argument("store", type=Path, help="the store's folder")
+    tail.add_argument(
+        "store", type=store_argument, help="the store's folder, or s3://BUCKET/PREFIX/"
+    )
+    _endpoint_url(tail)
     tail.add_argument("prefix", help="the step's key prefix, ending with '/' (or '')")
     tail.add_argument("turn", help="the first turn's id")
     tail.add_argument("--poll", type=_positive, default=0.5, help="seconds between listings")
@@ -116,6 +128,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tail.set_defaults(command="tail")
     return parser
+
+
+def _endpoint_url(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--endpoint-url",
+        default=None,
+        help="the S3 service of an s3:// store (default: boto3's, e.g. from AWS_ENDPOINT_URL)",
+    )
 
 
 def _port(text: str) -> int:
