@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -56,11 +56,15 @@ def run_cli(
     *,
     command: Sequence[str | os.PathLike[str]] = CLI,
     timeout: float = RUN_SECONDS,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``follower ARGS`` in ``cwd`` to its end; never raises on a non-zero exit."""
+    """Run ``follower ARGS`` in ``cwd`` to its end; never raises on a non-zero exit.
+
+    ``env``: variables set for the run, on top of this process's environment."""
     return subprocess.run(
         [*command, *args],
         cwd=cwd,
+        env=None if env is None else {**os.environ, **env},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -70,13 +74,19 @@ def run_cli(
 
 
 async def run_cli_async(
-    args: Sequence[str | os.PathLike[str]], cwd: Path
+    args: Sequence[str | os.PathLike[str]], cwd: Path, *, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """:func:`run_cli` for async tests: the event loop (and any agent it serves) runs on.
 
     The caller bounds it (``anyio.fail_after``); a cancelled run is killed.
     """
-    done = await anyio.run_process([*CLI, *args], cwd=cwd, check=False, stdin=subprocess.DEVNULL)
+    done = await anyio.run_process(
+        [*CLI, *args],
+        cwd=cwd,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env=None if env is None else {**os.environ, **env},
+    )
     return subprocess.CompletedProcess(
         done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
     )
