@@ -176,7 +176,12 @@ async def open_store(
         raise CommandError(
             f"the store {where} needs boto3: pip install 'follower[s3]'", EXIT_USAGE
         ) from None
-    await store.list("follower-probe/")
+    # Reach the bucket before a task is started or an agent served: one line if it
+    # fails. A prefix that holds nothing keeps the listing to one cheap request.
+    try:
+        await store.list("follower-probe/")
+    except StoreError as exc:
+        raise CommandError(f"store: cannot use {where}: {exc}", EXIT_BAD_STORE) from exc
     return store
 
 
