@@ -16,6 +16,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from .._a2a import cancel_task_quietly, connect_agent
+from .._errors import InvalidArgumentError, InvalidKeyError
 from .._layout import TurnKeys
 from .._stored_turn import read_stored_turn
 from .._stores import FilesystemStore, ObjectStore
@@ -35,15 +36,58 @@ if TYPE_CHECKING:
     from .._step import LiveTurns
 
 
+S3_OPTIONS = frozenset({"endpoint_url", "region_name"})
+"""The options an ``s3`` :class:`StoreSpec` may carry; credentials come from the AWS environment."""
+
+
 def open_store(spec: StoreSpec) -> ObjectStore:
-    """The store a :class:`StoreSpec` describes; an unknown kind is a non-retryable error."""
+    """The store a :class:`StoreSpec` describes; a spec no store can be made of is non-retryable.
+
+    ``filesystem``: a :class:`~follower.FilesystemStore` at ``location``.
+    ``s3``: a :class:`follower.s3.S3Store` of the bucket and prefix in
+    ``location`` (``"bucket/prefix"``), with ``endpoint_url`` and
+    ``region_name`` from ``options``; boto3 finds the credentials (the usual
+    AWS environment variables, shared files, instance roles).
+    """
     if spec.kind == "filesystem":
         return FilesystemStore(spec.location)
+    if spec.kind == "s3":
+        return _open_s3(spec)
     raise ApplicationError(
-        f"unknown store kind {spec.kind!r} (this version knows 'filesystem')",
+        f"unknown store kind {spec.kind!r} (this version knows 'filesystem' and 's3')",
         type="UnknownStoreKind",
         non_retryable=True,
     )
+
+
+def _open_s3(spec: StoreSpec) -> ObjectStore:
+    unknown = sorted(set(spec.options) - S3_OPTIONS)
+    if unknown:
+        raise ApplicationError(
+            f"unknown s3 store options {unknown} (known: {sorted(S3_OPTIONS)})",
+            type="InvalidStoreSpec",
+            non_retryable=True,
+        )
+    bucket, _, prefix = spec.location.partition("/")
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    try:
+        from ..s3 import S3Store
+    except ImportError as exc:
+        raise ApplicationError(str(exc), type="MissingS3Extra", non_retryable=True) from exc
+    try:
+        return S3Store(
+            bucket,
+            prefix=prefix,
+            endpoint_url=spec.options.get("endpoint_url"),
+            region_name=spec.options.get("region_name"),
+        )
+    except (InvalidArgumentError, InvalidKeyError) as exc:
+        raise ApplicationError(
+            f"invalid s3 store {spec.location!r}: {exc}",
+            type="InvalidStoreSpec",
+            non_retryable=True,
+        ) from exc
 
 
 @activity.defn(name=RUN_A2A_STEP)

@@ -16,12 +16,13 @@ RUN_A2A_STEP = "follower.run_a2a_step"
 
 @dataclass(frozen=True)
 class StoreSpec:
-    """Where a step stores its turns, as a workflow can pass it: a kind and a location.
+    """Where a step stores its turns, as a workflow can pass it: a kind, a location, options.
 
-    ``kind="filesystem"``: ``location`` is a folder on the worker. Other kinds
-    (``"s3"``, with ``location="bucket/prefix"`` and the endpoint in
-    ``options``) are added without changing this shape; :meth:`from_url` reads
-    the URL form.
+    ``kind="filesystem"``: ``location`` is a folder on the worker.
+    ``kind="s3"``: ``location`` is ``"bucket"`` or ``"bucket/prefix"``;
+    ``options`` may name ``endpoint_url`` and ``region_name``. Credentials are
+    never in a spec (it is in the workflow's history): the worker's boto3 finds
+    them in the usual AWS environment. :meth:`from_url` reads the URL forms.
     """
 
     kind: str
@@ -33,13 +34,32 @@ class StoreSpec:
         return cls("filesystem", root)
 
     @classmethod
-    def from_url(cls, url: str) -> StoreSpec:
-        """``file:///folder`` or a plain path; ``s3://bucket/prefix`` once S3 is supported."""
+    def s3(
+        cls,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region_name: str | None = None,
+    ) -> StoreSpec:
+        """An S3 bucket (or an S3-compatible service at ``endpoint_url``), under ``prefix``."""
+        options = {"endpoint_url": endpoint_url, "region_name": region_name}
+        location = f"{bucket}/{prefix}" if prefix else bucket
+        return cls("s3", location, {k: v for k, v in options.items() if v is not None})
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, endpoint_url: str | None = None, region_name: str | None = None
+    ) -> StoreSpec:
+        """``file:///folder`` or a plain path; ``s3://bucket/prefix`` (with its options)."""
         scheme, sep, rest = url.partition("://")
         if not sep:
             return cls.filesystem(url)
         if scheme == "file":
             return cls.filesystem(rest)
+        if scheme == "s3":
+            bucket, _, prefix = rest.partition("/")
+            return cls.s3(bucket, prefix, endpoint_url=endpoint_url, region_name=region_name)
         return cls(scheme, rest)
 
 
