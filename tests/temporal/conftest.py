@@ -11,13 +11,15 @@ pytest has printed its summary, so the exit code is the tests' own.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from importlib.metadata import distribution
 from pathlib import Path
 
 import pytest
+from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from temporalio.testing import WorkflowEnvironment
 
 _started = False
@@ -49,6 +51,30 @@ async def temporal_env(anyio_backend: str) -> AsyncIterator[WorkflowEnvironment]
         yield env
     finally:
         await env.shutdown()
+
+
+S3_ENVIRONMENT = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+"""Fake credentials for moto's server, as a worker process finds them in its environment."""
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    """moto's S3 server on a loopback port (its default binds 0.0.0.0:5000), its log quiet."""
+    werkzeug = logging.getLogger("werkzeug")
+    level = werkzeug.level
+    werkzeug.setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+        werkzeug.setLevel(level)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
