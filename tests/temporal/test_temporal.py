@@ -7,6 +7,8 @@ and the agent's statistics, polled, never from sleeps.
 
 from __future__ import annotations
 
+import signal
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -163,3 +165,62 @@ async def test_a_worker_stopped_mid_turn_hands_off_and_the_retry_on_another_resu
 
 async def _at_least(count: Callable[[], Any], n: int) -> bool:
     return bool(await count() >= n)
+
+
+WORKER = Path(__file__).parent / "activity_worker.py"
+
+
+async def test_a_worker_killed_mid_turn_leaves_the_turn_to_the_retry_on_another(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    agent = ReferenceAgent(script=TaskScript(events=80, interval_seconds=0.02))
+    queue = uuid.uuid4().hex
+    client = temporal_env.client
+    store = FilesystemStore(tmp_path / "store")
+    count = stored_events(store, "t-1")
+    command = [
+        sys.executable,
+        str(WORKER),
+        client.service_client.config.target_host,
+        client.namespace,
+        queue,
+    ]
+    with anyio.fail_after(45), (tmp_path / "worker.log").open("wb") as log:
+        # The test process runs the workflow; the activity runs in the doomed worker alone.
+        async with (
+            served(agent) as url,
+            Worker(client, task_queue=queue, workflows=[StepWorkflow]),
+        ):
+            handle = await start(client, queue, params(url, tmp_path / "store", "t-1"))
+            async with await anyio.open_process(command, stdout=log, stderr=log) as doomed:
+                try:
+                    await until(lambda: _at_least(count, 5))
+                finally:
+                    doomed.send_signal(signal.SIGKILL)
+                    await doomed.wait()
+            assert doomed.returncode == -signal.SIGKILL
+            left = await stored_turn(store, PREFIX, "t-1")
+            assert left.end is None, "a killed worker writes nothing more"
+            assert left.next_turn is None
+            assert 5 <= len(left.events) < 80
+            # The retry comes after the heartbeat timeout, on the only worker left.
+            async with Worker(client, task_queue=queue, activities=[run_a2a_step]):
+                result: A2AStepResult = await handle.result()
+            stats = agent.statistics()
+            attempts = [
+                event.activity_task_started_event_attributes.attempt
+                async for event in handle.fetch_history_events()
+                if event.HasField("activity_task_started_event_attributes")
+            ]
+    turn = await stored_turn(store, PREFIX, "t-1")
+    assert turn.events == [agent.script.event(i) for i in range(80)], "each event once, in order"
+    assert turn.chunks[0][0] == 0
+    assert turn.chunks[: len(left.chunks)] == left.chunks, "the retry continued after them"
+    assert turn.end == {"state": "completed", "next": 80, "complete": True}
+    assert turn.next_turn == {"turn": None}
+    assert left.task is not None
+    assert turn.task == left.task
+    assert result.turns[0].task_id == left.task["task_id"]
+    assert stats.tasks == 1, "the retry followed the same task on"
+    assert stats.canceled_tasks == 0
+    assert attempts == [2], "the attempt that finished was the retry"
