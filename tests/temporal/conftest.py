@@ -11,7 +11,6 @@ pytest has printed its summary, so the exit code is the tests' own.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -19,8 +18,9 @@ from importlib.metadata import distribution
 from pathlib import Path
 
 import pytest
-from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from temporalio.testing import WorkflowEnvironment
+
+from ..support.s3 import FAKE_AWS_ENVIRONMENT, running_s3_server
 
 _started = False
 _exit_status = 0
@@ -53,28 +53,15 @@ async def temporal_env(anyio_backend: str) -> AsyncIterator[WorkflowEnvironment]
         await env.shutdown()
 
 
-S3_ENVIRONMENT = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
+S3_ENVIRONMENT = FAKE_AWS_ENVIRONMENT
 """Fake credentials for moto's server, as a worker process finds them in its environment."""
 
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    """moto's S3 server on a loopback port (its default binds 0.0.0.0:5000), its log quiet."""
-    werkzeug = logging.getLogger("werkzeug")
-    level = werkzeug.level
-    werkzeug.setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-        werkzeug.setLevel(level)
+    """moto's S3 server on a loopback port (its default binds 0.0.0.0:5000)."""
+    with running_s3_server() as url:
+        yield url
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
