@@ -28,7 +28,10 @@ from ._errors import PageNotAnObjectError as PageNotAnObjectError
 from ._errors import PageTooLargeError as PageTooLargeError
 from ._errors import PoolBusyError as PoolBusyError
 from ._errors import ReaderIdleError as ReaderIdleError
+from ._errors import StoreAccessDeniedError as StoreAccessDeniedError
 from ._errors import StoreError as StoreError
+from ._errors import StoreNotFoundError as StoreNotFoundError
+from ._errors import StoreUnavailableError as StoreUnavailableError
 from ._errors import TaskMismatchError as TaskMismatchError
 from ._errors import TaskNotFoundError as TaskNotFoundError
 from ._errors import TaskTimeoutError as TaskTimeoutError
@@ -84,7 +87,10 @@ __all__ = [
     "PageTooLargeError",
     "PoolBusyError",
     "ReaderIdleError",
+    "StoreAccessDeniedError",
     "StoreError",
+    "StoreNotFoundError",
+    "StoreUnavailableError",
     "StoredEvent",
     "TaskMismatchError",
     "TaskNotFoundError",

@@ -22,7 +22,10 @@
     │   ├── ObjectExistsError        write-once: the key is already written
     │   │   └── ObjectConflictError      ... with other bytes than the put's
     │   ├── ObjectNotFoundError      the key is not written
-    │   └── CorruptObjectError       a stored object cannot be parsed
+    │   ├── CorruptObjectError       a stored object cannot be parsed
+    │   ├── StoreNotFoundError       the store itself is missing: no such bucket
+    │   ├── StoreAccessDeniedError   the store refused our credentials (403)
+    │   └── StoreUnavailableError    unreachable, timed out, or 5xx after retries
     ├── PoolBusyError                our own connection pool had no free connection in time
     ├── UsageError                   the caller used the library wrongly
     │   ├── InvalidArgumentError     an option out of its range (a negative interval...)
@@ -144,6 +147,26 @@ class ObjectNotFoundError(StoreError):
 
 class CorruptObjectError(StoreError):
     """A stored object cannot be parsed as what its key says it is."""
+
+
+class StoreNotFoundError(StoreError):
+    """The store itself does not exist: no such bucket (or container) to read or write.
+
+    Not :class:`ObjectNotFoundError`, which is a key missing from a store that exists.
+    """
+
+
+class StoreAccessDeniedError(StoreError):
+    """The store refused the call: our credentials or its policy do not allow it (403)."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store could not be reached or served the call now, after its retries.
+
+    An endpoint that refuses connections or never answers (connect or read
+    timeout), or one that kept answering 5xx, throttling or "a write in
+    progress" for every retry. The only store errors worth retrying later.
+    """
 
 
 # --- our own side ------------------------------------------------------------------

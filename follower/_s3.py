@@ -7,7 +7,12 @@ Write-once is S3's own: every put is conditional (``If-None-Match: *``), so S3
 decides atomically which of racing writers wins. A put that finds the key taken
 (412) reads it back and compares: the same bytes are done, other bytes conflict.
 S3 answers 409 when a concurrent write to the key is still in progress and asks
-for a retry; the put retries a few times, then gives up with a :class:`StoreError`.
+for a retry; the put retries a few times, then gives up with a
+:class:`StoreUnavailableError`.
+
+What S3 answers becomes a store error named by its cause: no such bucket
+(:class:`StoreNotFoundError`), a refusal (:class:`StoreAccessDeniedError`), an
+endpoint that cannot serve now (:class:`StoreUnavailableError`).
 
 Calls run in worker threads, at most ``max_threads`` at once per store and event
 loop, and are abandoned on cancel: the thread finishes its call on its own (bounded
@@ -24,14 +29,23 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from ._errors import InvalidArgumentError, InvalidKeyError, ObjectNotFoundError, StoreError
+from ._errors import (
+    InvalidArgumentError,
+    InvalidKeyError,
+    ObjectNotFoundError,
+    StoreAccessDeniedError,
+    StoreError,
+    StoreNotFoundError,
+    StoreUnavailableError,
+)
 from ._keys import check_key, check_list_prefix, check_prefix
 from ._stores import check_same_bytes
 
 try:
     import boto3.session
     import botocore.config
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
 except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise ImportError("follower.s3 needs boto3: pip install 'follower[s3]'", name=exc.name) from exc
 
@@ -191,7 +205,7 @@ class S3Store:
                 continue  # taken, then deleted by someone else: write again
             check_same_bytes(key, stored, body)
             return
-        raise StoreError(
+        raise StoreUnavailableError(
             f"cannot put {key!r} in {self._where()}: S3 reported a concurrent write "
             f"{_CONFLICT_ATTEMPTS} times in a row"
         )
@@ -228,14 +242,36 @@ class S3Store:
         return sorted(key for key in keys if _is_key(key))
 
     def _error(self, operation: str, key: str, exc: Exception) -> StoreError:
+        kind = StoreError
         if isinstance(exc, ClientError):
             status, code = _status_and_code(exc)
             message = exc.response.get("Error", {}).get("Message") or ""
             detail = f"{code or 'error'} ({status}){': ' + message if message else ''}"
+            if code == "NoSuchBucket":
+                kind = StoreNotFoundError
+            elif status in (401, 403) or code in _DENIED_CODES:
+                kind = StoreAccessDeniedError
+            elif (status is not None and status >= 500) or status in (409, 429):
+                kind = StoreUnavailableError  # what botocore's retries did not get past
         else:
             detail = str(exc)
+            if isinstance(exc, (BotoConnectionError, HTTPClientError)):
+                kind = StoreUnavailableError  # refused, reset, or timed out
         detail = " ".join(detail.split())  # one line, whatever the service sent
-        return StoreError(f"cannot {operation} {key!r} in {self._where()}: {detail}")
+        return kind(f"cannot {operation} {key!r} in {self._where()}: {detail}")
+
+
+# A refusal of who we are, whatever status a service sends it with.
+_DENIED_CODES = frozenset(
+    {
+        "AccessDenied",
+        "AllAccessDisabled",
+        "ExpiredToken",
+        "InvalidAccessKeyId",
+        "InvalidToken",
+        "SignatureDoesNotMatch",
+    }
+)
 
 
 def _status_and_code(exc: ClientError) -> tuple[int | None, str]:

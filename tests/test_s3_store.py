@@ -27,6 +27,7 @@ import anyio
 import boto3.session
 import botocore.config
 import pytest
+from botocore.awsrequest import AWSResponse
 from botocore.exceptions import BotoCoreError
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from moto.moto_server.werkzeug_app import (
@@ -43,7 +44,10 @@ from follower import (
     ObjectConflictError,
     ObjectExistsError,
     ObjectNotFoundError,
+    StoreAccessDeniedError,
     StoreError,
+    StoreNotFoundError,
+    StoreUnavailableError,
     TrajectoryState,
     read_live_trajectory,
 )
@@ -353,7 +357,7 @@ async def test_a_write_in_progress_that_never_ends_is_a_store_error(
 ) -> None:
     with anyio.fail_after(10):
         s3_server.faults = [(409, "ConditionalRequestConflict")] * 4
-        with pytest.raises(StoreError, match="concurrent write") as caught:
+        with pytest.raises(StoreUnavailableError, match="concurrent write") as caught:
             await store.put("k", b"body", content_type=JSON)
         assert not isinstance(caught.value, ObjectExistsError)
         assert s3_server.faults == []
@@ -365,13 +369,78 @@ async def test_a_refused_put_is_a_store_error_in_one_line(
 ) -> None:
     with anyio.fail_after(10):
         s3_server.faults = [(403, "AccessDenied")]
-        with pytest.raises(StoreError) as caught:
+        with pytest.raises(StoreAccessDeniedError) as caught:
             await store.put("a/b", b"body", content_type=JSON)
-        assert not isinstance(caught.value, ObjectExistsError)
         message = str(caught.value)
         assert message == (
             f"cannot put 'a/b' in s3://{store.bucket}/: AccessDenied (403): injected by the test"
         )
+
+
+def answering(status: int, code: str) -> Callable[..., AWSResponse]:
+    """A botocore ``before-send`` hook that answers every request with an S3 error."""
+
+    def answer(request: Any, **_: Any) -> AWSResponse:
+        body = (
+            f"<?xml version='1.0' encoding='UTF-8'?>\n<Error><Code>{code}</Code>"
+            f"<Message>injected\nby the test</Message></Error>"
+        ).encode()
+        raw = AWSResponseRaw(body)
+        return AWSResponse(request.url, status, {"Content-Type": "application/xml"}, raw)
+
+    return answer
+
+
+class AWSResponseRaw:
+    """What botocore reads an ``AWSResponse``'s body from."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield self._body
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "error"),
+    [
+        pytest.param(403, "AccessDenied", StoreAccessDeniedError, id="access-denied"),
+        pytest.param(403, "InvalidAccessKeyId", StoreAccessDeniedError, id="unknown-key"),
+        pytest.param(403, "SignatureDoesNotMatch", StoreAccessDeniedError, id="bad-secret"),
+        pytest.param(404, "NoSuchBucket", StoreNotFoundError, id="no-bucket"),
+        pytest.param(503, "SlowDown", StoreUnavailableError, id="throttled"),
+        pytest.param(500, "InternalError", StoreUnavailableError, id="5xx"),
+    ],
+)
+async def test_every_call_names_the_cause_of_a_refusal_in_one_line(
+    s3_server: S3Server, bucket: str, status: int, code: str, error: type[StoreError]
+) -> None:
+    client = s3_server.client(retries={"mode": "standard", "total_max_attempts": 2})
+    attempts = 0
+
+    def count(**_: Any) -> None:
+        nonlocal attempts
+        attempts += 1
+
+    client.meta.events.register("before-send.s3.*", count)
+    client.meta.events.register("before-send.s3.*", answering(status, code))
+    store = S3Store(bucket, client=client)
+    with anyio.fail_after(10):
+        for call in (
+            partial(store.put, "a/b", b"x", content_type=JSON),
+            partial(store.get, "a/b"),
+            partial(store.list, "a/"),
+        ):
+            attempts = 0
+            with pytest.raises(error) as caught:
+                await call()
+            assert type(caught.value) is error
+            message = str(caught.value)
+            assert message.endswith(f": {code} ({status}): injected by the test"), message
+            assert f"s3://{bucket}/" in message
+            # botocore retries throttling and 5xx; a refusal or a missing bucket, never.
+            assert attempts == (2 if status >= 500 else 1)
+    client.close()
 
 
 async def test_a_missing_bucket_is_a_store_error_not_a_missing_object(s3_client: Any) -> None:
@@ -382,9 +451,10 @@ async def test_a_missing_bucket_is_a_store_error_not_a_missing_object(s3_client:
             partial(store.list, ""),
             partial(store.put, "k", b"x", content_type=JSON),
         ):
-            with pytest.raises(StoreError, match="NoSuchBucket") as caught:
+            with pytest.raises(StoreNotFoundError, match="NoSuchBucket") as caught:
                 await call()
             assert not isinstance(caught.value, (ObjectNotFoundError, ObjectExistsError))
+            assert "\n" not in str(caught.value)
 
 
 @contextlib.contextmanager
@@ -426,9 +496,8 @@ async def test_an_endpoint_that_does_not_answer_is_a_store_error_in_bounded_time
                 partial(store.get, "k"),
                 partial(store.list, "k/"),
             ):
-                with pytest.raises(StoreError) as caught:
+                with pytest.raises(StoreUnavailableError) as caught:
                     await call()
-                assert not isinstance(caught.value, (ObjectNotFoundError, ObjectExistsError))
                 assert isinstance(caught.value.__cause__, BotoCoreError)
                 assert "\n" not in str(caught.value)
                 assert f"127.0.0.1:{port}" in str(caught.value)
