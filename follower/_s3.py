@@ -7,8 +7,9 @@ Write-once is S3's own: every put is conditional (``If-None-Match: *``), so S3
 decides atomically which of racing writers wins. A put that finds the key taken
 (412) reads it back and compares: the same bytes are done, other bytes conflict.
 S3 answers 409 when a concurrent write to the key is still in progress and asks
-for a retry; the put retries a few times, then gives up with a
-:class:`StoreUnavailableError`.
+for a retry; the put retries a few times, with jittered exponential backoff, then
+gives up with a :class:`StoreUnavailableError`. Throttling, 5xx and dropped
+connections are botocore's to retry (its standard mode, below).
 
 What S3 answers becomes a store error named by its cause: no such bucket
 (:class:`StoreNotFoundError`), a refusal (:class:`StoreAccessDeniedError`), an
@@ -21,6 +22,7 @@ by the client's timeouts), and the same-bytes rule makes a retry of that put saf
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
@@ -58,13 +60,20 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 _Args = TypeVarTuple("_Args")
 
-# Attempts of a put that S3 keeps answering 409 (a concurrent write in progress),
-# with a short pause before each retry.
+# Attempts of a put that S3 keeps answering 409 (a concurrent write in progress).
+# botocore does not retry a 409, so the put does, with botocore's own backoff:
+# truncated binary exponential with full jitter, rand(0, 1) * min(base * 2**i, cap),
+# so that racing writers do not retry in step.
 _CONFLICT_ATTEMPTS = 4
-_CONFLICT_PAUSE_SECONDS = 0.05
+_CONFLICT_BASE_SECONDS = 0.05
+_CONFLICT_MAX_PAUSE_SECONDS = 1.0
 
 # The client the store makes when given none: bounded waits, few retries. A
-# caller who wants others makes the client.
+# caller who wants others makes the client. botocore's "standard" retry mode
+# (botocore/retries/standard.py) retries throttling (SlowDown, 429...), 500, 502,
+# 503, 504 and dropped or timed-out connections, waiting
+# rand(0, 1) * min(base * 2**i, 20 s) between attempts (base 1 s when throttled,
+# 50 ms otherwise): jittered exponential backoff, bounded by the attempts.
 _CONNECT_TIMEOUT_SECONDS = 10.0
 _READ_TIMEOUT_SECONDS = 30.0
 _MAX_ATTEMPTS = 3
@@ -181,7 +190,7 @@ class S3Store:
         client = self._client_sync()
         for attempt in range(_CONFLICT_ATTEMPTS):
             if attempt:
-                time.sleep(_CONFLICT_PAUSE_SECONDS * 2 ** (attempt - 1))
+                time.sleep(_conflict_pause_seconds(attempt))
             try:
                 client.put_object(
                     Bucket=self._bucket,
@@ -272,6 +281,12 @@ _DENIED_CODES = frozenset(
         "SignatureDoesNotMatch",
     }
 )
+
+
+def _conflict_pause_seconds(attempt: int) -> float:
+    """The pause before retry ``attempt`` (from 1) of a put that S3 answered 409."""
+    ceiling = min(_CONFLICT_BASE_SECONDS * 2.0 ** (attempt - 1), _CONFLICT_MAX_PAUSE_SECONDS)
+    return random.random() * ceiling
 
 
 def _status_and_code(exc: ClientError) -> tuple[int | None, str]:

@@ -352,6 +352,41 @@ async def test_a_write_in_progress_409_is_retried(store: S3Store, s3_server: S3S
         assert await store.get("k") == b"body"
 
 
+def test_the_pauses_between_409_retries_are_jittered_and_grow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import follower._s3
+
+    # Full jitter: rand(0, 1) times a ceiling that doubles from attempt to attempt.
+    monkeypatch.setattr(follower._s3.random, "random", lambda: 1.0)
+    ceilings = [follower._s3._conflict_pause_seconds(n) for n in range(1, 5)]
+    assert ceilings == [0.05, 0.1, 0.2, 0.4]
+    monkeypatch.setattr(follower._s3.random, "random", lambda: 0.25)
+    assert follower._s3._conflict_pause_seconds(2) == 0.025
+    monkeypatch.undo()
+    draws = {follower._s3._conflict_pause_seconds(3) for _ in range(50)}
+    assert len(draws) > 1, "racing writers must not retry in step"
+    assert all(0 <= d <= 0.2 for d in draws)
+
+
+async def test_5xx_and_throttling_are_retried_by_the_client_the_store_makes(
+    s3_server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # botocore's standard retry mode, which the store's own client uses.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    store = S3Store(bucket, endpoint_url=s3_server.endpoint_url, region_name=REGION)
+    with anyio.fail_after(10):
+        s3_server.faults = [(500, "InternalError"), (503, "SlowDown")]
+        await store.put("k", b"body", content_type=JSON)
+        assert s3_server.faults == []
+        assert await store.get("k") == b"body"
+        s3_server.faults = [(503, "ServiceUnavailable")] * 3
+        with pytest.raises(StoreUnavailableError, match=r"ServiceUnavailable \(503\)"):
+            await store.put("j", b"body", content_type=JSON)
+        assert s3_server.faults == []
+
+
 async def test_a_write_in_progress_that_never_ends_is_a_store_error(
     store: S3Store, s3_server: S3Server
 ) -> None:
