@@ -39,8 +39,12 @@ class TurnChain:
 
     @property
     def ends_for_good(self) -> bool:
-        """Whether the step's last followed turn is its last: not handed off."""
-        return not self.handing_off and self.last_followed not in self.handed_off
+        """Whether the step has ended for good: no turn of it was handed off.
+
+        A turn left for a later attempt has no end mark yet; a null link now
+        would end the chain before it, and readers would wait there for ever.
+        """
+        return not self.handing_off and not self.handed_off
 
     def followed(self, turn_id: str) -> str | None:
         """Record that ``turn_id`` follows a task; the turn it links from, if any."""

@@ -15,9 +15,11 @@ What S3 answers becomes a store error named by its cause: no such bucket
 (:class:`StoreNotFoundError`), a refusal (:class:`StoreAccessDeniedError`), an
 endpoint that cannot serve now (:class:`StoreUnavailableError`).
 
-Calls run in worker threads, at most ``max_threads`` at once per store and event
-loop, and are abandoned on cancel: the thread finishes its call on its own (bounded
-by the client's timeouts), and the same-bytes rule makes a retry of that put safe.
+Calls run in worker threads, at most ``max_threads`` waited on at once per store and
+event loop, and are abandoned on cancel: the thread finishes its call on its own
+(bounded by the client's timeouts) and its slot is free at once, so a stalled
+endpoint can hold more threads than that for a while; the same-bytes rule makes a
+retry of an abandoned put safe.
 """
 
 from __future__ import annotations
@@ -91,9 +93,10 @@ class S3Store:
     listings are relative to ``prefix``. The service must honour
     ``If-None-Match: *`` on PutObject, as Amazon S3 does: write-once rests on it.
 
-    At most ``max_threads`` calls run at once, each in a worker thread (a client
-    the store makes has as many connections); share one store between steps
-    rather than making one per step.
+    At most ``max_threads`` calls are waited on at once, each in a worker thread
+    (a client the store makes has as many connections; an abandoned call may
+    briefly hold one more); share one store between steps rather than making
+    one per step.
     """
 
     def __init__(

@@ -6,6 +6,7 @@ marks the step's last one, and releases what the turns shared.
 
 from __future__ import annotations
 
+import logging
 from contextlib import AsyncExitStack
 from functools import partial
 from typing import TYPE_CHECKING
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
 
     from ._stores import ObjectStore
     from ._turns import LiveTurn, _TurnBlock
+
+
+logger = logging.getLogger("follower")
 
 
 def following_live_trajectory(
@@ -171,7 +175,12 @@ class LiveTurns:
         if last is None or not self._chain.ends_for_good:
             return
         with anyio.move_on_after(CLEANUP_SECONDS, shield=True):
-            keys = await self._end_of_stored_chain(TurnKeys(self.prefix_key, last), exc)
+            try:
+                keys = await self._end_of_stored_chain(TurnKeys(self.prefix_key, last), exc)
+            except Exception:
+                # A cleanup never replaces the step's outcome: log, and mark what we can.
+                logger.exception("turn %s: reading the stored chain past it failed", last)
+                keys = TurnKeys(self.prefix_key, last)
             await bounded_cleanup(
                 f"turn {keys.turn_id}: marking it last",
                 lambda: write_next_turn(self.store, keys, None),

@@ -23,6 +23,7 @@ from follower import (
     MemoryStore,
     ObjectStore,
     StoredEvent,
+    StoreError,
     TrajectoryState,
     TurnConflictError,
     TurnEnd,
@@ -433,3 +434,68 @@ async def test_ctrl_c_inside_a_followers_task_comes_out_as_itself(store: ObjectS
             await anyio.sleep_forever()
     assert caught.value is interrupt
     assert (await load(store, live("turn-1") + "end.json"))["state"] == "canceled"
+
+
+async def test_a_store_that_fails_at_the_steps_exit_never_replaces_the_steps_exception(
+    store: ObjectStore,
+) -> None:
+    agent = ScriptedAgent()
+    agent.add_task("t1")
+    agent.publish("t1", "a")
+    error = ValueError("the step's own")
+
+    class FailingListings:
+        """Lists fine until the body has run; then every listing fails."""
+
+        def __init__(self, inner: ObjectStore) -> None:
+            self.inner = inner
+            self.broken = False
+
+        async def put(self, key: str, body: bytes, *, content_type: str) -> None:
+            await self.inner.put(key, body, content_type=content_type)
+
+        async def get(self, key: str) -> bytes:
+            return await self.inner.get(key)
+
+        async def list(self, prefix: str) -> list[str]:
+            if self.broken:
+                raise StoreError("the store is down")
+            return await self.inner.list(prefix)
+
+    failing = FailingListings(store)
+    with anyio.fail_after(30), pytest.raises(ValueError, match="the step's own") as caught:
+        async with (
+            turns_of(agent, failing) as turns,  # type: ignore[arg-type]
+            turns.following("turn-1") as turn,
+        ):
+            turn.follow("t1")
+            while await stored_count(store, "turn-1") < 1:
+                await agent.wait_reads(len(agent.reads) + 1)
+            failing.broken = True
+            raise error
+    assert caught.value is error
+    assert await load(store, live("turn-1") + "next.json") == {"turn": None}
+
+
+async def test_one_turn_handed_off_keeps_the_step_from_ending_for_good(
+    store: ObjectStore,
+) -> None:
+    # turn-1 is left for a later attempt and turn-2 ends: the step has not ended for
+    # good, so no null link closes the chain before turn-1's end mark exists.
+    agent = ScriptedAgent()
+    agent.add_task("t1")
+    agent.add_task("t2")
+    agent.publish("t2", "b")
+    agent.finish("t2")
+    with anyio.fail_after(30):
+        async with turns_of(agent, store, drain_seconds=0.1) as turns:
+            async with turns.following("turn-1") as turn:
+                turn.follow("t1")
+                turn.hand_off()
+            async with turns.following("turn-2") as turn:
+                turn.follow("t2")
+                turn.ended("completed")
+    names = {key.removeprefix(PREFIX) for key in await store.list(PREFIX)}
+    assert "turn-1/live/end.json" not in names
+    assert "turn-2/live/end.json" in names
+    assert "turn-2/live/next.json" not in names, "no null link: the step did not end for good"
