@@ -184,3 +184,60 @@ async def test_progress_shows_each_turn_its_task_and_events_stored() -> None:
                 agent.finish("t1")
                 turn.ended("completed")
         assert turns.progress() == (TurnProgress("turn-1", "t1", 2, True),)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_cancel_hook_that_raises_still_cancels_the_step_and_its_cleanup_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    entered, cleaned_up = anyio.Event(), anyio.Event()
+
+    async def step() -> None:
+        try:
+            entered.set()
+            await anyio.sleep_forever()
+        finally:
+            cleaned_up.set()
+
+    def broken_hook() -> None:
+        raise OverflowError("the rule could not decide")
+
+    with anyio.fail_after(10):
+        task = asyncio.get_running_loop().create_task(run_cancel_safe(step, on_cancel=broken_hook))
+        await entered.wait()
+        task.cancel()
+        with (
+            caplog.at_level(logging.ERROR, "follower.temporal"),
+            pytest.raises(asyncio.CancelledError),
+        ):
+            await task
+    assert cleaned_up.is_set(), "the step was cancelled and its cleanup ran"
+    assert "OverflowError" in caplog.text
+
+
+def test_the_last_attempt_rule_does_not_overflow_on_a_long_flaky_activity() -> None:
+    from datetime import UTC, datetime, timedelta
+    from types import SimpleNamespace
+
+    from temporalio.common import RetryPolicy
+
+    from follower.temporal._rule import is_last_attempt
+
+    policy = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0)
+    now = datetime.now(UTC)
+    for attempt, closes_in, last in [(3, timedelta(hours=1), False), (3, timedelta(0), True)]:
+        info = SimpleNamespace(
+            retry_policy=policy,
+            attempt=attempt,
+            schedule_to_close_timeout=closes_in or timedelta(microseconds=1),
+            scheduled_time=now,
+        )
+        assert is_last_attempt(info) is last  # type: ignore[arg-type]
+    # Attempt 60 of a 1 s, x2 policy once overflowed the backoff arithmetic.
+    long_flaky = SimpleNamespace(
+        retry_policy=policy,
+        attempt=60,
+        schedule_to_close_timeout=timedelta(days=365),
+        scheduled_time=now,
+    )
+    assert is_last_attempt(long_flaky) is False  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ follows the same task on from what the store holds (its id from the turn's
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import anyio
@@ -16,7 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from .._a2a import cancel_task_quietly, connect_agent
-from .._errors import InvalidArgumentError, InvalidKeyError
+from .._errors import FollowerError, InvalidArgumentError, InvalidKeyError
 from .._layout import TurnKeys
 from .._stored_turn import read_stored_turn
 from .._stores import FilesystemStore, ObjectStore
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
 
 S3_OPTIONS = frozenset({"endpoint_url", "region_name"})
 """The options an ``s3`` :class:`StoreSpec` may carry; credentials come from the AWS environment."""
+
+
+logger = logging.getLogger("follower.temporal")
 
 
 def open_store(spec: StoreSpec) -> ObjectStore:
@@ -150,7 +154,7 @@ async def _run_turn(
             done = TurnResult(
                 turn.turn_id, stored.task.task_id, str(end.state), end.next, bool(end.complete)
             )
-            return done, context_id
+            return done, await _context_of(agent, stored.task.task_id, context_id)
         task_id = stored.task.task_id if stored.task is not None else known_task_id
         if task_id is None:
             task = await agent.send_message(turn.text, context_id=context_id)
@@ -173,3 +177,14 @@ async def _run_turn(
         turn.turn_id, task_id, final.state, progress.events_stored, progress.complete
     )
     return result, final.context_id or context_id
+
+
+async def _context_of(agent: A2AAgent, task_id: str, context_id: str | None) -> str | None:
+    """The conversation an ended turn's task was in, so the next turn goes on in it."""
+    if context_id is not None:
+        return context_id
+    try:
+        return (await agent.get_task(task_id)).context_id
+    except FollowerError as exc:
+        logger.warning("task %s: its context could not be read again: %s", task_id, exc)
+        return None

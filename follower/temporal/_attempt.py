@@ -99,7 +99,15 @@ class StepAttempt:
         leaves it (the block writes its end mark as it exits). A cancel was
         judged when it arrived.
         """
-        if not self.handing_off and not is_cancellation(exc) and not failure_ends_for_good(exc):
+        if self.handing_off or is_cancellation(exc):
+            return self.handing_off
+        try:
+            ends = failure_ends_for_good(exc)
+        except Exception:
+            # Undecided, the turn is left for a later attempt: never claim it ended.
+            logger.exception("deciding whether the failure is retried failed; handing off")
+            ends = False
+        if not ends:
             self.hand_off()
         return self.handing_off
 

@@ -26,9 +26,12 @@ logger = logging.getLogger("follower.temporal")
 
 T = TypeVar("T")
 
-# A cancelled step cancels the agent's task, ends its turn's block and marks the
-# step's last turn, each within its own bound; this covers them, with margin.
-STEP_CLEANUP_SECONDS = CANCEL_TASK_SECONDS + CLEANUP_SECONDS + 2 * CLEANUP_WRITE_SECONDS
+# A cancelled step cancels the agent's task, lets its turn's link write finish, ends
+# its turn's block and marks the step's end, each within its own bound; this is
+# their sum, with a margin for the scheduling between them.
+STEP_CLEANUP_SECONDS = (
+    CANCEL_TASK_SECONDS + CLEANUP_WRITE_SECONDS + 2 * CLEANUP_SECONDS + CLEANUP_WRITE_SECONDS
+)
 # After the bound, the step is cancelled natively; this long for it to go.
 _NATIVE_CANCEL_SECONDS = 1.0
 
@@ -69,9 +72,13 @@ async def run_cancel_safe(
             if cancel is None:
                 cancel = exc
                 deadline = loop.time() + cleanup_seconds
-                if on_cancel is not None:
-                    on_cancel()
-                scope.cancel()
+                try:
+                    if on_cancel is not None:
+                        on_cancel()
+                except Exception:
+                    logger.exception("deciding how the cancelled step ends failed")
+                finally:
+                    scope.cancel()
             continue
         if not task.done() and deadline is not None and loop.time() >= deadline:
             logger.error(

@@ -23,7 +23,7 @@ server's default policy retries without limit.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -37,9 +37,16 @@ def is_last_attempt(info: activity.Info) -> bool:
     if policy.maximum_attempts > 0 and info.attempt >= policy.maximum_attempts:
         return True
     if info.schedule_to_close_timeout:
-        interval = policy.initial_interval * policy.backoff_coefficient ** (info.attempt - 1)
-        if policy.maximum_interval is not None:
-            interval = min(interval, policy.maximum_interval)
+        # In float seconds, the exponent capped: attempt 60 of a 1 s, x2 policy overflows.
+        # Without a maximum the server caps the interval at 100 x the initial one.
+        initial = policy.initial_interval.total_seconds()
+        growth = policy.backoff_coefficient ** min(info.attempt - 1, 64)
+        longest = (
+            policy.maximum_interval.total_seconds()
+            if policy.maximum_interval is not None
+            else 100 * initial
+        )
+        interval = timedelta(seconds=min(initial * growth, longest))
         closes = info.scheduled_time + info.schedule_to_close_timeout
         return datetime.now(UTC) + interval >= closes
     return False
