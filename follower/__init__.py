@@ -46,6 +46,8 @@ from ._public import name_as_public as _name_as_public
 from ._reader import StoredEvent as StoredEvent
 from ._reader import TurnEnd as TurnEnd
 from ._reader import read_live_trajectory as read_live_trajectory
+from ._statistics import LiveTurnsStatistics as LiveTurnsStatistics
+from ._statistics import LiveTurnStatistics as LiveTurnStatistics
 from ._step import LiveTurns as LiveTurns
 from ._step import following_live_trajectory as following_live_trajectory
 from ._stores import FilesystemStore as FilesystemStore
@@ -74,7 +76,9 @@ __all__ = [
     "InvalidKeyError",
     "LiveTrajectoryChunks",
     "LiveTurn",
+    "LiveTurnStatistics",
     "LiveTurns",
+    "LiveTurnsStatistics",
     "MalformedPageError",
     "MemoryStore",
     "NoProgressError",

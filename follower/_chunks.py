@@ -24,7 +24,8 @@ class LiveTrajectoryChunks:
     mark never claims an event that is not stored. Given ``task_id`` (and the
     ``endpoint`` it is read from), the sink writes ``task.json`` before any other
     object of the turn; ``stored_next`` and ``format`` let it continue a turn
-    already stored (a resume).
+    already stored (a resume). ``chunks_stored``, ``events_stored`` and
+    ``bytes_stored`` count the chunks this sink wrote, once each put returned.
     """
 
     def __init__(
@@ -46,6 +47,9 @@ class LiveTrajectoryChunks:
         self.final_state: TrajectoryState | None = None
         self._task = None if task_id is None else TaskMark.started_now(task_id, endpoint)
         self._ended = False
+        self.chunks_stored = 0
+        self.events_stored = 0
+        self.bytes_stored = 0
 
     @property
     def prefix(self) -> str:
@@ -69,8 +73,12 @@ class LiveTrajectoryChunks:
             await self._store_format(batch.format)
         if batch.events:
             key = self._keys.chunk(batch.after, batch.next)
-            await self._put(key, encode_events(batch.events), JSONL)
+            body = encode_events(batch.events)
+            await self._put(key, body, JSONL)
             self.stored_next = batch.next
+            self.chunks_stored += 1
+            self.events_stored += len(batch.events)
+            self.bytes_stored += len(body)
         if batch.last:
             self.final_state = batch.state
 

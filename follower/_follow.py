@@ -19,6 +19,7 @@ import attrs
 from ._clients import leased_client
 from ._errors import (
     AgentUnavailableError,
+    FollowerError,
     FollowingEnded,
     InvalidArgumentError,
     PoolBusyError,
@@ -51,7 +52,9 @@ class FollowOutcome:
     """What one follower did: where it got to, and whether it read every event.
 
     ``complete`` is true when the last page (terminal state, nothing more) was
-    handed to the sink; ``state`` is the state of the last page read.
+    handed to the sink; ``state`` is the state of the last page read. ``reads``
+    counts every read sent to the agent, answered or not; ``failed_reads`` those
+    that brought no valid page.
     """
 
     state: TrajectoryState | None
@@ -64,7 +67,11 @@ class FollowOutcome:
 
 @attrs.define
 class FollowProgress:
-    """A follower's running record, kept up to date as it reads; its owner may look at any time."""
+    """A follower's running record, kept up to date as it reads; its owner may look at any time.
+
+    Only plain fields, set by the follower's own task between checkpoints, so a
+    look at it (``statistics()``) is cheap and sees one consistent moment.
+    """
 
     cursor: int = 0
     state: TrajectoryState | None = None
@@ -72,6 +79,28 @@ class FollowProgress:
     reads: int = 0
     failed_reads: int = 0
     events: int = 0
+    pool_waits: int = 0
+    """Reads that found our own pool full (``PoolBusyError``); never sent, never failed."""
+    running: bool = False
+    """From the follower's start (its lane's lease included) until it returns or is cancelled."""
+    caught_up_at: float | None = None
+    """``anyio.current_time()`` of the last page that was not ``has_more``."""
+    stopped_at: float | None = None
+    """``anyio.current_time()`` when the follower stopped running."""
+
+    def lag_seconds(self, now: float | None = None) -> float | None:
+        """Seconds since the follower was last caught up, up to now or to when it stopped.
+
+        ``now`` is only read while the follower runs (``anyio.current_time()``
+        if not given), so a stopped follower's lag is known outside the loop too.
+        """
+        if self.caught_up_at is None:
+            return None
+        if self.stopped_at is not None and not self.running:
+            until = self.stopped_at
+        else:
+            until = anyio.current_time() if now is None else now
+        return max(0.0, until - self.caught_up_at)
 
     def outcome(self) -> FollowOutcome:
         return FollowOutcome(
@@ -138,11 +167,18 @@ async def follow_task(
         stop=stop,
         progress=progress,
     )
-    async with leased_client(options.client) as leased:
-        try:
-            await follower.run(leased, after)
-        except FollowingEnded as ended:
-            logger.info("stopped following task %s: %s", task_id, ended.__cause__)
+    progress.running, progress.stopped_at = True, None
+    try:
+        # The follower's own lane: with no client given, a slot of the loop's pool
+        # that no other follower reads through at the same time.
+        async with leased_client(options.client) as leased:
+            try:
+                await follower.run(leased, after)
+            except FollowingEnded as ended:
+                logger.info("stopped following task %s: %s", task_id, ended.__cause__)
+    finally:
+        progress.running = False
+        progress.stopped_at = anyio.current_time()
     return progress.outcome()
 
 
@@ -178,7 +214,6 @@ class _Follower:
                 return
             except AgentUnavailableError as exc:
                 failures += 1
-                self.progress.failed_reads += 1
                 delay = retry_delay(self.poll, failures)
                 logger.warning(
                     "read %d of task %s failed, retrying in %.1f s: %s",
@@ -191,11 +226,11 @@ class _Follower:
                 continue
             except PoolBusyError as exc:
                 # Our own pool is full: not the agent's failure, so no backoff and no sentinel.
+                self.progress.pool_waits += 1
                 logger.debug("%s; reading task %s again", exc, self.task_id)
                 await self._pause()
                 continue
             failures = 0
-            self.progress.reads += 1
             self.progress.state = page.state
             if page.events or page.last:
                 await self.sink(page.to_batch())
@@ -211,7 +246,7 @@ class _Follower:
     async def _read(self, client: httpx.AsyncClient, cursor: int) -> Page:
         """One cursor read; after stop, a failed read ends following (the sentinel's seam)."""
         try:
-            return await read_page(
+            page = await read_page(
                 client,
                 self.endpoint,
                 self.task_id,
@@ -219,10 +254,18 @@ class _Follower:
                 read_timeout_seconds=self.options.read_timeout_seconds,
                 max_page_bytes=self.options.max_page_bytes,
             )
-        except AgentUnavailableError as exc:
-            if self._gone_after_stop():
+        except PoolBusyError:
+            raise  # never sent: not a read of the agent
+        except FollowerError as exc:
+            self.progress.reads += 1
+            self.progress.failed_reads += 1
+            if isinstance(exc, AgentUnavailableError) and self._gone_after_stop():
                 raise FollowingEnded(f"task {self.task_id}: read failed after stop") from exc
             raise
+        self.progress.reads += 1
+        if not page.has_more:
+            self.progress.caught_up_at = anyio.current_time()
+        return page
 
     def _gone_after_stop(self) -> bool:
         """After stop the turn has ended, so an agent that fails to answer is gone."""

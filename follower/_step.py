@@ -27,6 +27,7 @@ from ._options import (
     DEFAULT_READ_TIMEOUT_SECONDS,
     FollowOptions,
 )
+from ._statistics import LiveTurnsStatistics
 from ._stored_turn import read_stored_turn
 from ._turns import open_turn
 from ._wire import TrajectoryState
@@ -152,6 +153,17 @@ class LiveTurns:
     def progress(self) -> tuple[TurnProgress, ...]:
         """Where each turn of the step stands now, in the order they were opened; read-only."""
         return tuple(block.turn_progress() for block in self._blocks)
+
+    def statistics(self) -> LiveTurnsStatistics:
+        """What the step's turns have done so far: each turn's snapshot, and their sums.
+
+        Cheap and without I/O (an operator may poll it for thousands of
+        followers); frozen, as trio's ``statistics()`` are.
+        """
+        blocks = self._blocks
+        # One clock reading for every turn, and none when no follower runs.
+        now = anyio.current_time() if any(b.progress.running for b in blocks) else None
+        return LiveTurnsStatistics.of_turns([b.statistics(now) for b in blocks])
 
     def hand_off(self) -> None:
         """Leave this step's turns for a later attempt: no end marks, no null link.

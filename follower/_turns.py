@@ -33,6 +33,7 @@ from ._errors import (
 )
 from ._follow import FollowProgress, follow_task
 from ._layout import TurnKeys
+from ._statistics import LiveTurnStatistics
 from ._stored_turn import StoredTurn, read_stored_turn
 from ._wire import TrajectoryState
 
@@ -89,6 +90,15 @@ class LiveTurn:
         attempt continues it with ``resume=True``.
         """
         self._block.hand_off()
+
+    def statistics(self) -> LiveTurnStatistics:
+        """What the turn's follower and sink have done so far; cheap, no I/O.
+
+        A frozen snapshot, as trio's ``statistics()`` are: reads, failed reads,
+        pool waits, what was stored, whether the follower runs, its lag behind
+        the agent, and whether the last page was read.
+        """
+        return self._block.statistics()
 
 
 class _TurnBlock:
@@ -162,8 +172,34 @@ class _TurnBlock:
             events = self._sink.stored_next
         else:
             events = stored.contiguous_next if stored is not None else 0
-        complete = self.progress.complete or bool(stored and stored.end and stored.end.complete)
-        return TurnProgress(self.turn_id, self.task_id, events, complete)
+        return TurnProgress(self.turn_id, self.task_id, events, self._complete)
+
+    def statistics(self, now: float | None = None) -> LiveTurnStatistics:
+        """A snapshot from the follower's own record and the sink's counters.
+
+        Sync and without a checkpoint, so the two are seen at one moment: the
+        follower moves its record right after the sink returns, in the same step.
+        """
+        progress, sink = self.progress, self._sink
+        return LiveTurnStatistics(
+            turn_id=self.turn_id,
+            task_id=self.task_id,
+            reads=progress.reads,
+            failed_reads=progress.failed_reads,
+            pool_waits=progress.pool_waits,
+            pages_stored=sink.chunks_stored if sink is not None else 0,
+            events_stored=sink.events_stored if sink is not None else 0,
+            bytes_stored=sink.bytes_stored if sink is not None else 0,
+            followers_alive=1 if progress.running else 0,
+            lag_seconds=progress.lag_seconds(now),
+            complete=self._complete,
+        )
+
+    @property
+    def _complete(self) -> bool:
+        """Whether the last page was read: by this block's follower, or by an earlier attempt."""
+        stored = self._stored
+        return self.progress.complete or bool(stored and stored.end and stored.end.complete)
 
     def _check_resumable(self, stored: StoredTurn, task_id: str) -> None:
         where = f"turn {self.turn_id!r} under {self.keys.prefix_key!r}"

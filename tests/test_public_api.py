@@ -23,6 +23,8 @@ DESIGN_NAMES = {
     "following_live_trajectory",
     "LiveTurn",
     "LiveTurns",
+    "LiveTurnStatistics",
+    "LiveTurnsStatistics",
     "TurnProgress",
     "LiveTrajectoryChunks",
     "ObjectStore",
