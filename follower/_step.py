@@ -1,22 +1,20 @@
-"""A step's turns, linked in order, and the client they share; or a lone turn.
+"""A step's turns, linked in order; or a lone turn.
 
 The turns' blocks (``_turns``) own the tasks; this module only orders the turns,
-marks the step's last one, and releases what the turns shared.
+marks the step's last one, and sums what its turns did (``statistics()``).
 """
 
 from __future__ import annotations
 
 import logging
-from contextlib import AsyncExitStack
 from functools import partial
 from typing import TYPE_CHECKING
 
 import anyio
-import attrs
+import anyio.lowlevel
 
 from ._chain import TurnChain, TurnProgress
 from ._chunks import LiveTrajectoryChunks, write_next_turn
-from ._clients import leased_client
 from ._endings import CLEANUP_SECONDS, bounded_cleanup, is_stopped_from_outside
 from ._errors import TurnStateError
 from ._keys import check_prefix
@@ -126,7 +124,7 @@ class LiveTurns:
         self._turn_ids: set[str] = set()
         self._blocks: list[_TurnBlock] = []
         self._ended = False
-        self._resources: AsyncExitStack | None = None
+        self._entered = False
 
     @property
     def last_followed_turn_id(self) -> str | None:
@@ -227,14 +225,14 @@ class LiveTurns:
                 )
 
     async def __aenter__(self) -> LiveTurns:
-        if self._resources is not None:
+        # No client is leased for the step: one shared by its turns would serve
+        # turns that run at once on one lane. Each follower leases its own
+        # (``follow_task``); a client kept warm between turns would save ~0.1 ms
+        # of CPU a turn (docs/design.md, "Lanes"), not worth a slot held idle.
+        if self._entered:
             raise TurnStateError("LiveTurns can be entered once")
-        async with AsyncExitStack() as stack:
-            if self._options.client is None:
-                # One client for all of this step's turns, leased from the loop's shared pool.
-                client = await stack.enter_async_context(leased_client(None))
-                self._options = attrs.evolve(self._options, client=client)
-            self._resources = stack.pop_all()
+        self._entered = True
+        await anyio.lowlevel.checkpoint()
         return self
 
     async def __aexit__(
@@ -243,9 +241,4 @@ class LiveTurns:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        try:
-            await self._end(exc)
-        finally:
-            assert self._resources is not None
-            with anyio.CancelScope(shield=True):
-                await self._resources.aclose()
+        await self._end(exc)

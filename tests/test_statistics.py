@@ -22,6 +22,8 @@ from follower import (
     TrajectoryState,
     following_live_trajectory,
 )
+from follower._clients import client_pool
+from follower.testing import Fault, ReferenceAgent, TaskScript, serve_agent
 
 from .support.agents import ENDPOINT, Read, ScriptedAgent
 from .support.virtual_time import virtual_time_backends
@@ -30,6 +32,7 @@ pytestmark = pytest.mark.anyio
 
 POLL = 1.0
 PREFIX = "steps/s1/"
+REAL_BACKENDS = ["asyncio", "trio"]
 
 
 @pytest.fixture(params=virtual_time_backends(), scope="module")
@@ -271,3 +274,108 @@ async def test_statistics_are_frozen_values() -> None:
         with pytest.raises(attrs.exceptions.FrozenInstanceError):
             value.reads = 5  # type: ignore[misc]
     assert turns.statistics().turns == (turn.statistics(),)
+
+
+# --- lanes: every follower its own connection, on the loop's pool ---------------------
+
+CONCURRENT_TURNS = 9
+
+
+async def send_message(client: httpx.AsyncClient, base: str, n: int) -> str:
+    answer = await client.post(
+        base,
+        json={
+            "jsonrpc": "2.0",
+            "id": n,
+            "method": "message/send",
+            "params": {
+                "message": {
+                    "role": "user",
+                    "parts": [{"kind": "text", "text": "go"}],
+                    "messageId": f"m{n}",
+                    "kind": "message",
+                }
+            },
+        },
+    )
+    task_id: str = answer.json()["result"]["id"]
+    return task_id
+
+
+async def run_concurrent_turns(
+    turns: LiveTurns, task_ids: list[str], until: anyio.Event | None = None
+) -> None:
+    """Each task in a turn of its own, all at once; each turn waits on ``until`` if given."""
+
+    async def one(i: int, task_id: str) -> None:
+        async with turns.following(f"turn-{i}") as turn:
+            turn.follow(task_id)
+            if until is not None:
+                await until.wait()
+
+    async with anyio.create_task_group() as tg:
+        for i, task_id in enumerate(task_ids):
+            tg.start_soon(one, i, task_id)
+
+
+@pytest.mark.parametrize("anyio_backend", REAL_BACKENDS)
+async def test_concurrent_turns_each_hold_their_own_connection() -> None:
+    """Nine turns whose reads hang each hold a connection: none waits on our pool.
+
+    A follower has at most one read in flight, so its lane is one connection: all
+    nine reads reach the agent at once. With one client of four connections for
+    the whole step (as before), four reads held them and the other five waited
+    until ``PoolBusyError``: the agent saw four reads, the turns five pool waits.
+    """
+    agent, store = ReferenceAgent(script=TaskScript(events=3, interval_seconds=60)), MemoryStore()
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as server:
+            base = await server.start(serve_agent, agent)
+            async with httpx.AsyncClient() as rpc:
+                task_ids = [await send_message(rpc, base, n) for n in range(CONCURRENT_TURNS)]
+            agent.fault = Fault.silent()  # every read hangs, holding its connection
+            with anyio.CancelScope() as step:
+                async with (
+                    LiveTurns(
+                        base + "ext/trajectory", store, PREFIX, poll_interval_seconds=0.05
+                    ) as turns,
+                    anyio.create_task_group() as body,
+                ):
+                    body.start_soon(run_concurrent_turns, turns, task_ids, anyio.Event())
+                    # Bounded past the pool's 5 s wait, so a read queued behind
+                    # another follower's would have given up as PoolBusyError.
+                    with anyio.move_on_after(10):
+                        await agent.wait_reads(CONCURRENT_TURNS)
+                    reads_in_flight = agent.statistics().reads
+                    during = turns.statistics()
+                    step.cancel()
+            server.cancel_scope.cancel()
+    assert (reads_in_flight, during.pool_waits) == (CONCURRENT_TURNS, 0)
+    assert during.followers_alive == CONCURRENT_TURNS
+    after = turns.statistics()
+    assert (after.followers_alive, after.pool_waits) == (0, 0)
+    assert client_pool().client_count == 0
+
+
+@pytest.mark.parametrize("anyio_backend", REAL_BACKENDS)
+async def test_concurrent_turns_read_to_the_end_without_pool_waits() -> None:
+    script = TaskScript(events=20, interval_seconds=0.01)
+    agent, store = ReferenceAgent(script=script), MemoryStore()
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as server:
+            base = await server.start(serve_agent, agent)
+            async with httpx.AsyncClient() as rpc:
+                task_ids = [await send_message(rpc, base, n) for n in range(CONCURRENT_TURNS)]
+            async with LiveTurns(
+                base + "ext/trajectory", store, PREFIX, poll_interval_seconds=0.05
+            ) as turns:
+                await run_concurrent_turns(turns, task_ids)
+            server.cancel_scope.cancel()
+    stats = turns.statistics()
+    assert len(stats.turns) == CONCURRENT_TURNS
+    assert stats.pool_waits == 0
+    assert stats.failed_reads == 0
+    assert stats.complete
+    assert all(t.events_stored == script.events for t in stats.turns)
+    assert stats.reads == agent.statistics().reads
+    assert client_pool().client_count == 0

@@ -356,14 +356,16 @@ async def test_cancelled_step_marks_its_last_turn_and_releases_its_client() -> N
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("follower._clients.ClientPool._new_client", lambda self, ctx: agent.client())
         with anyio.fail_after(100), anyio.CancelScope() as outer:
-            # No client given: the turns share one leased from the loop's pool.
+            # No client given: each turn's follower leases a lane from the loop's
+            # pool for as long as it runs, and gives it back as it ends.
             async with LiveTurns(ENDPOINT, store, PREFIX, poll_interval_seconds=POLL) as turns:
                 async with turns.following("turn-1") as turn:
                     turn.follow("a")
-                assert client_pool().client_count == 1
+                assert client_pool().client_count == 0
                 async with turns.following("turn-2") as turn:
                     turn.follow("b")
                     await agent.wait_reads(2)
+                    assert client_pool().client_count == 1
                     outer.cancel()
                     await anyio.sleep_forever()
     assert outer.cancelled_caught
