@@ -346,7 +346,7 @@ async def test_turns_are_linked_in_order_and_the_last_marked_null() -> None:
     assert read == [("turn-1", 0, "a-event"), ("turn-3", 0, "c-event")]
 
 
-async def test_cancelled_step_marks_its_last_turn_and_releases_its_client() -> None:
+async def test_cancelled_step_marks_its_last_turn_and_releases_its_lanes() -> None:
     agent, store = ScriptedAgent(), MemoryStore()
     agent.add_task("a")
     agent.publish("a", 1)
