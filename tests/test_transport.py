@@ -1,0 +1,450 @@
+"""The library's HTTP/1.1 transport, against loopback servers the tests script.
+
+docs/design.md ("HTTP: one bounded exchange"): keep-alive reuse, seen from the
+server; a connection that broke, was cut short or said ``Connection: close``
+never carries another request; an idle connection the server closed is dropped
+before reuse; the whole exchange is bounded (slow headers, slow body); failures
+are httpx's own exception types, so ``exchange()`` maps them as it does for
+httpx's transport; TLS is verified (and refused when it does not verify); a
+proxy in the environment sends the pool's requests through httpx's transport.
+
+Real sockets and real time, so the deadlines are generous.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.streams.tls
+import httpx
+import pytest
+import trustme
+
+from follower import AgentUnavailableError, PageTooLargeError
+from follower._clients import ClientPool, _shared_ssl_context
+from follower._exchange import read_page
+from follower._transport import AgentClient, AgentTransport
+
+pytestmark = pytest.mark.anyio
+
+PATH = "/ext/trajectory"
+
+
+def page(after: int = 0, events: tuple[Any, ...] = ("a",)) -> bytes:
+    return json.dumps(
+        {
+            "context_id": "ctx",
+            "task_id": "t1",
+            "state": "running",
+            "format": None,
+            "events": list(events),
+            "next": after + len(events),
+            "has_more": False,
+        }
+    ).encode()
+
+
+def answer(body: bytes, *headers: str, status: str = "200 OK") -> bytes:
+    """A whole response with a Content-Length."""
+    head = [f"HTTP/1.1 {status}", "content-type: application/json", f"content-length: {len(body)}"]
+    return ("\r\n".join([*head, *headers]) + "\r\n\r\n").encode() + body
+
+
+def chunked(body: bytes, size: int) -> list[bytes]:
+    """A chunked response, as the pieces a server sends one by one."""
+    pieces = [
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+    ]
+    for i in range(0, len(body), size):
+        part = body[i : i + size]
+        pieces.append(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+    pieces.append(b"0\r\n\r\n")
+    return pieces
+
+
+class Request:
+    def __init__(self, connection: int, head: bytes, body: bytes) -> None:
+        self.connection = connection
+        self.line = head.split(b"\r\n", 1)[0].decode()
+        self.head = head
+        self.body = body
+
+
+# How a server answers one request on connection ``index``: False closes it.
+Answer = Callable[[anyio.abc.ByteStream, Request], Awaitable[bool]]
+
+
+class Server:
+    """A loopback HTTP/1.1 server: records connections and requests, answers as scripted."""
+
+    def __init__(self, respond: Answer) -> None:
+        self.respond = respond
+        self.connections = 0
+        self.requests: list[Request] = []
+        self.closed = anyio.Event()  # set each time the server closes a connection
+        self.eofs = 0  # connections the client closed
+        self.eof = anyio.Event()  # set each time the client closes one
+
+    async def serve(self, stream: anyio.abc.ByteStream) -> None:
+        index = self.connections
+        self.connections += 1
+        buffer = b""
+        async with stream:
+            try:
+                while True:
+                    while b"\r\n\r\n" not in buffer:
+                        buffer += await stream.receive()
+                    head, buffer = buffer.split(b"\r\n\r\n", 1)
+                    length = 0
+                    for line in head.lower().split(b"\r\n")[1:]:
+                        if line.startswith(b"content-length:"):
+                            length = int(line.split(b":", 1)[1])
+                    while len(buffer) < length:
+                        buffer += await stream.receive()
+                    request = Request(index, head, buffer[:length])
+                    buffer = buffer[length:]
+                    self.requests.append(request)
+                    if not await self.respond(stream, request):
+                        break
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                self.eofs += 1
+                self.eof.set()
+                self.eof = anyio.Event()
+                return
+        self.closed.set()
+        self.closed = anyio.Event()
+
+
+async def keep_alive(stream: anyio.abc.ByteStream, request: Request) -> bool:
+    await stream.send(answer(page()))
+    return True
+
+
+@asynccontextmanager
+async def serving(
+    respond: Answer = keep_alive, *, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[tuple[str, Server]]:
+    server = Server(respond)
+    listener: anyio.abc.Listener[Any] = await anyio.create_tcp_listener(
+        local_host="127.0.0.1", local_port=0
+    )
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    if tls is not None:
+        listener = anyio.streams.tls.TLSListener(listener, tls, standard_compatible=False)
+    scheme = "https" if tls is not None else "http"
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, server.serve)
+        try:
+            yield f"{scheme}://127.0.0.1:{port}{PATH}", server
+        finally:
+            tg.cancel_scope.cancel()
+
+
+def agent_client(context: ssl.SSLContext | None = None) -> AgentClient:
+    return AgentClient(AgentTransport(ssl_context=context or _shared_ssl_context()))
+
+
+async def read(client: httpx.AsyncClient, url: str, **options: Any) -> Any:
+    return await read_page(client, url, "t1", 0, **options)
+
+
+# --- keep-alive ----------------------------------------------------------------------
+
+
+async def test_one_connection_carries_many_reads() -> None:
+    with anyio.fail_after(10):
+        async with serving() as (url, server), agent_client() as client:
+            for _ in range(20):
+                assert (await read(client, url)).events == ("a",)
+    assert len(server.requests) == 20
+    assert server.connections == 1
+
+
+async def test_the_pool_reads_on_the_library_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    for scheme in ("http", "https", "all"):
+        for name in (f"{scheme}_proxy", f"{scheme.upper()}_PROXY"):
+            monkeypatch.delenv(name, raising=False)
+    with anyio.fail_after(10):
+        async with serving() as (url, server), ClientPool().lease() as client:
+            assert isinstance(client, AgentClient)
+            for _ in range(5):
+                await read(client, url)
+    assert server.connections == 1
+
+
+async def test_concurrent_reads_each_get_a_connection_then_share_them() -> None:
+    # No request waits for another's connection; afterwards both are reused.
+    both_arrived = anyio.Event()
+
+    async def respond(stream: anyio.abc.ByteStream, request: Request) -> bool:
+        if len(server.requests) == 2:
+            both_arrived.set()
+        if len(server.requests) <= 2:
+            await both_arrived.wait()  # the first two answers wait for each other
+        await stream.send(answer(page()))
+        return True
+
+    with anyio.fail_after(10):
+        async with serving(respond) as (url, server), agent_client() as client:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read, client, url)
+                tg.start_soon(read, client, url)
+            for _ in range(4):
+                await read(client, url)
+    assert server.connections == 2
+    assert len(server.requests) == 6
+
+
+async def test_aclose_closes_the_idle_connections() -> None:
+    with anyio.fail_after(10):
+        async with serving() as (url, server):
+            eof = server.eof
+            async with agent_client() as client:
+                await read(client, url)
+            await eof.wait()
+    assert server.eofs == 1
+
+
+# --- connections that must not be reused -----------------------------------------------
+
+
+async def test_a_server_closing_between_exchanges_is_noticed_before_reuse() -> None:
+    async def respond(stream: anyio.abc.ByteStream, request: Request) -> bool:
+        await stream.send(answer(page()))
+        return False  # close after each answer, without saying so
+
+    with anyio.fail_after(10):
+        async with serving(respond) as (url, server), agent_client() as client:
+            for _ in range(3):
+                closed = server.closed
+                await read(client, url)
+                await closed.wait()
+    assert server.connections == 3
+    assert len(server.requests) == 3
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [b"", b"HTTP/1.1 200 OK\r\ncontent-le", answer(page())[:-20]],
+    ids=["before-headers", "during-headers", "during-body"],
+)
+async def test_a_server_closing_during_an_exchange_fails_it_and_drops_the_connection(
+    sent: bytes,
+) -> None:
+    async def respond(stream: anyio.abc.ByteStream, request: Request) -> bool:
+        if request.connection == 0:
+            await stream.send(sent)
+            return False
+        await stream.send(answer(page()))
+        return True
+
+    with anyio.fail_after(10):
+        async with serving(respond) as (url, server), agent_client() as client:
+            with pytest.raises(AgentUnavailableError) as caught:
+                await read(client, url)
+            assert isinstance(caught.value.__cause__, httpx.RemoteProtocolError | httpx.ReadError)
+            await read(client, url)
+            await read(client, url)
+    assert server.connections == 2
+
+
+async def test_connection_close_is_never_reused() -> None:
+    async def respond(stream: anyio.abc.ByteStream, request: Request) -> bool:
+        await stream.send(answer(page(), "connection: close"))
+        return True  # the server would go on; the client must not
+
+    with anyio.fail_after(10):
+        async with serving(respond) as (url, server), agent_client() as client:
+            for _ in range(3):
+                await read(client, url)
+    assert server.connections == 3
+    assert [r.connection for r in server.requests] == [0, 1, 2]
+
+
+async def test_a_body_cut_short_never_lets_its_connection_be_reused() -> None:
+    # A page over the cap is refused unread; its bytes must not be taken for
+    # the next answer.
+    big = page(events=("x" * 1000,))
+
+    async def respond(stream: anyio.abc.ByteStream, request: Request) -> bool:
+        await stream.send(answer(big if request.connection == 0 else page()))
+        return True
+
+    with anyio.fail_after(10):
+        async with serving(respond) as (url, server), agent_client() as client:
+            with pytest.raises(PageTooLargeError):
+                await read(client, url, max_page_bytes=500)
+            assert (await read(client, url)).events == ("a",)
+            assert (await read(client, url)).events == ("a",)
+    assert server.connections == 2
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+async def test_a_body_over_the_cap_is_refused(declared: bool) -> None:
+    big = page(events=tuple("x" * 100 for _ in range(50)))
+
+    async def respond(stream: anyio.abc.ByteStream, request: Request) -> bool:
+        if declared:
+            await stream.send(answer(big))
+        else:
+            for piece in chunked(big, 256):
+                await stream.send(piece)
+        return True
+
+    with anyio.fail_after(10):
+        async with serving(respond) as (url, server), agent_client() as client:
+            with pytest.raises(PageTooLargeError):
+                await read(client, url, max_page_bytes=len(big) - 1)
+            assert len((await read(client, url, max_page_bytes=len(big))).events) == 50
+    assert server.connections == 2
+
+
+async def test_chunked_bodies_are_read_and_their_connection_reused() -> None:
+    body = page(events=tuple(range(100)))
+
+    async def respond(stream: anyio.abc.ByteStream, request: Request) -> bool:
+        for piece in chunked(body, 37):
+            await stream.send(piece)
+        return True
+
+    with anyio.fail_after(10):
+        async with serving(respond) as (url, server), agent_client() as client:
+            for _ in range(3):
+                assert (await read(client, url)).events == tuple(range(100))
+    assert server.connections == 1
+
+
+# --- the deadline ------------------------------------------------------------------------
+
+
+async def drip(stream: anyio.abc.ByteStream, first: bytes, then: bytes) -> None:
+    await stream.send(first)
+    while True:
+        await anyio.sleep(0.05)
+        await stream.send(then)
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        (b"HTTP/1.1 200 OK\r\nx-drip: ", b"a"),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n", b"x"),
+    ],
+    ids=["headers", "body"],
+)
+async def test_a_slow_answer_fails_at_the_deadline_and_drops_the_connection(
+    first: bytes, then: bytes
+) -> None:
+    async def respond(stream: anyio.abc.ByteStream, request: Request) -> bool:
+        if request.connection == 0:
+            await drip(stream, first, then)
+        await stream.send(answer(page()))
+        return True
+
+    timeout = 0.5
+    with anyio.fail_after(10):
+        async with serving(respond) as (url, server), agent_client() as client:
+            start = anyio.current_time()
+            with pytest.raises(AgentUnavailableError, match="timed out") as caught:
+                await read(client, url, read_timeout_seconds=timeout)
+            elapsed = anyio.current_time() - start
+            assert isinstance(caught.value.__cause__, httpx.ReadTimeout)
+            await read(client, url)
+    assert timeout <= elapsed < timeout + 2.0
+    assert server.connections == 2
+
+
+async def test_the_deadline_raises_httpx_timeouts_for_a_plain_client_call() -> None:
+    async def respond(stream: anyio.abc.ByteStream, request: Request) -> bool:
+        await anyio.sleep_forever()
+        return False
+
+    with anyio.fail_after(10):
+        async with serving(respond) as (url, _), agent_client() as client:
+            with pytest.raises(httpx.ReadTimeout):
+                await client.post(url, json={}, timeout=0.3)
+
+
+async def test_a_connect_that_fails_is_a_connect_error() -> None:
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    await listener.aclose()  # nothing listens there now
+    url = f"http://127.0.0.1:{port}{PATH}"
+    with anyio.fail_after(10):
+        async with agent_client() as client:
+            with pytest.raises(httpx.ConnectError):
+                await client.get(url)
+            with pytest.raises(AgentUnavailableError) as caught:
+                await read(client, url)
+    assert isinstance(caught.value.__cause__, httpx.ConnectError)
+
+
+# --- TLS ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+def server_context(ca: trustme.CA, *names: str) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert(*names).configure_cert(context)
+    return context
+
+
+def trusting(ca: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    return context
+
+
+async def test_tls_with_a_certificate_that_verifies_is_read(ca: trustme.CA) -> None:
+    with anyio.fail_after(10):
+        async with (
+            serving(tls=server_context(ca, "127.0.0.1")) as (url, server),
+            agent_client(trusting(ca)) as client,
+        ):
+            for _ in range(3):
+                assert (await read(client, url)).events == ("a",)
+    assert server.connections == 1
+
+
+@pytest.mark.parametrize("case", ["untrusted-ca", "other-host"])
+async def test_tls_that_does_not_verify_is_refused(ca: trustme.CA, case: str) -> None:
+    if case == "untrusted-ca":  # the default trust store has never heard of this CA
+        served, context = server_context(ca, "127.0.0.1"), _shared_ssl_context()
+    else:  # trusted, but issued for another name than the URL's
+        served, context = server_context(ca, "agent.example"), trusting(ca)
+    with anyio.fail_after(10):
+        async with serving(tls=served) as (url, server), agent_client(context) as client:
+            with pytest.raises(AgentUnavailableError) as caught:
+                await read(client, url)
+    assert isinstance(caught.value.__cause__, httpx.ConnectError)
+    assert isinstance(caught.value.__cause__.__cause__, ssl.SSLCertVerificationError)
+    assert server.requests == []
+
+
+# --- a proxy in the environment ---------------------------------------------------------
+
+
+async def test_a_proxy_in_the_environment_carries_the_pools_requests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with serving() as (proxy_url, proxy):
+        monkeypatch.setenv("HTTP_PROXY", proxy_url.removesuffix(PATH))
+        for name in ("NO_PROXY", "no_proxy", "http_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        with anyio.fail_after(10):
+            async with ClientPool().lease() as client:
+                assert not isinstance(client, AgentClient)
+                page_read = await read(client, f"http://agent.invalid{PATH}")
+    assert page_read.events == ("a",)
+    [request] = proxy.requests
+    assert request.line == f"POST http://agent.invalid{PATH} HTTP/1.1"
