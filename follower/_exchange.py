@@ -22,6 +22,7 @@ from ._errors import (
     TaskNotFoundError,
 )
 from ._options import DEFAULT_MAX_PAGE_BYTES, DEFAULT_READ_TIMEOUT_SECONDS
+from ._transport import AgentClient
 from ._wire import Page
 
 if TYPE_CHECKING:
@@ -71,8 +72,9 @@ async def exchange(
     """Send one request; return the status and the body (an error body cut short).
 
     Bounded as a whole: ``timeout_seconds`` from the moment a connection is ours,
-    after at most ``POOL_WAIT_SECONDS`` waiting for one. The body is read uncompressed
-    (we ask for ``identity``), so ``max_body_bytes`` bounds what is held in memory;
+    after at most ``POOL_WAIT_SECONDS`` waiting for one (the library's transport
+    never waits for one, and bounds the exchange itself). The body is read
+    uncompressed (we ask for ``identity``), so ``max_body_bytes`` bounds what is held in memory;
     a longer body raises :class:`~follower.PageTooLargeError` without being loaded.
     Raises :class:`~follower.AgentUnavailableError` for every transport failure or
     timeout, and :class:`~follower.PoolBusyError` when our own pool had no connection in time.
@@ -84,19 +86,12 @@ async def exchange(
         headers={"accept-encoding": "identity"},
         timeout=httpx.Timeout(timeout_seconds, pool=POOL_WAIT_SECONDS),
     )
-    request.stream = _BodyStream(request.read())
-    # The wait for a pooled connection has its own bound; from the moment the
-    # connection is ours (its first trace event) the whole exchange, headers
-    # included, gets timeout_seconds. Transports without traces get both.
-    deadline = anyio.CancelScope(
-        deadline=anyio.current_time() + timeout_seconds + POOL_WAIT_SECONDS
-    )
-
-    async def on_trace(event: str, info: Any) -> None:
-        if event.endswith((".connect_tcp.started", ".send_request_headers.started")):
-            deadline.deadline = min(deadline.deadline, anyio.current_time() + timeout_seconds)
-
-    request.extensions["trace"] = on_trace
+    if isinstance(client, AgentClient):
+        # The library's transport bounds the whole exchange by the timeout, raising
+        # httpx's timeouts, and has no pool to wait for: nothing more to add.
+        deadline = anyio.CancelScope()
+    else:
+        deadline = _bounded_by_traces(request, timeout_seconds)
     try:
         with deadline:
             async with _sent(client, request) as response:
@@ -106,10 +101,11 @@ async def exchange(
                         f"{response.headers['content-encoding']}-encoded, identity was asked"
                     )
                 status = response.status_code
+                raw = isinstance(client, AgentClient)
                 if status == 200:
-                    body = await _read_capped(response, max_body_bytes)
+                    body = await _read_capped(response, max_body_bytes, raw=raw)
                 else:
-                    body = await _read_capped(response, _ERROR_BODY_BYTES, cut=True)
+                    body = await _read_capped(response, _ERROR_BODY_BYTES, cut=True, raw=raw)
     except httpx.PoolTimeout as exc:
         raise PoolBusyError(f"no free connection to {url} in {POOL_WAIT_SECONDS} s") from exc
     except httpx.TimeoutException as exc:
@@ -119,6 +115,27 @@ async def exchange(
     if deadline.cancelled_caught:
         raise AgentUnavailableError(f"{what} at {url} took over {timeout_seconds} s")
     return status, body
+
+
+def _bounded_by_traces(request: httpx.Request, timeout_seconds: float) -> anyio.CancelScope:
+    """A deadline for the whole exchange on any transport, narrowed by its trace events.
+
+    httpx's own timeouts bound each socket operation, not the exchange. The wait
+    for a pooled connection has its own bound; from the moment the connection is
+    ours (its first trace event) the whole exchange, headers included, gets
+    ``timeout_seconds``. Transports without traces get both.
+    """
+    request.stream = _BodyStream(request.read())
+    deadline = anyio.CancelScope(
+        deadline=anyio.current_time() + timeout_seconds + POOL_WAIT_SECONDS
+    )
+
+    async def on_trace(event: str, info: Any) -> None:
+        if event.endswith((".connect_tcp.started", ".send_request_headers.started")):
+            deadline.deadline = min(deadline.deadline, anyio.current_time() + timeout_seconds)
+
+    request.extensions["trace"] = on_trace
+    return deadline
 
 
 @asynccontextmanager
@@ -159,7 +176,9 @@ class _Once:
         return chunk
 
 
-async def _read_capped(response: httpx.Response, limit: int, *, cut: bool = False) -> bytes:
+async def _read_capped(
+    response: httpx.Response, limit: int, *, cut: bool = False, raw: bool = False
+) -> bytes:
     declared = response.headers.get("content-length")
     if not cut and declared is not None and declared.isdigit() and int(declared) > limit:
         raise PageTooLargeError(f"page of {declared} bytes is over the {limit}-byte cap")
@@ -168,8 +187,11 @@ async def _read_capped(response: httpx.Response, limit: int, *, cut: bool = Fals
     # Not decoded: non-identity encodings were refused, so the bytes counted are the
     # bytes held. A body cut short leaves httpx's nested generators to the garbage
     # collector (trio warns, when ResourceWarnings are shown): only pages over the
-    # cap and error bodies over 64 KiB are cut short.
-    async with aclosing(cast("AsyncGenerator[bytes]", response.aiter_bytes())) as chunks:
+    # cap and error bodies over 64 KiB are cut short. On the library's transport
+    # (``raw``) the response's own stream is read: at most one generator, the
+    # client's wrapper around the transport's plain iterator, closed here.
+    body = cast("httpx.AsyncByteStream", response.stream) if raw else response.aiter_bytes()
+    async with aclosing(cast("AsyncGenerator[bytes]", aiter(body))) as chunks:
         async for chunk in chunks:
             size += len(chunk)
             if size > limit:

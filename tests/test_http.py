@@ -45,9 +45,16 @@ from follower import (
     TrajectoryState,
     UnknownStateError,
 )
-from follower._clients import ClientPool, _shared_ssl_context, client_pool, leased_client
+from follower._clients import (
+    FOLLOWERS_PER_PROXIED_CLIENT,
+    ClientPool,
+    _shared_ssl_context,
+    client_pool,
+    leased_client,
+)
 from follower._errors import PoolBusyError
 from follower._exchange import read_page
+from follower._transport import AgentClient
 from follower._wire import Page
 
 from .support.agents import ENDPOINT, ScriptedAgent
@@ -582,11 +589,51 @@ async def test_pool_shards_followers_over_bounded_clients() -> None:
             per_client = Counter(id(client) for client in leases.clients)
             assert sorted(per_client.values()) == [1, 3]
             assert not any(client.is_closed for client in leases.clients)
-            for client in leases.clients:
-                assert client._transport._pool._max_connections == 3  # type: ignore[attr-defined]
+            assert all(isinstance(client, AgentClient) for client in leases.clients)
             leases.release.set()
     assert all(client.is_closed for client in leases.clients)
     assert pool.client_count == 0
+
+
+async def test_pool_serves_every_follower_with_one_client_by_default() -> None:
+    # The library's transport gives each request a connection of its own: no
+    # follower waits on another, however many share the client.
+    pool = ClientPool()
+    leases = Leases(pool)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            for _ in range(50):
+                tg.start_soon(leases.follower)
+            await leases.wait_leased(50)
+            assert pool.client_count == 1
+            assert len({id(client) for client in leases.clients}) == 1
+            leases.release.set()
+    assert pool.client_count == 0
+
+
+async def test_pool_behind_a_proxy_shards_httpx_clients_with_bounded_pools(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Where the environment names a proxy, httpx's own transport applies it (and
+    # NO_PROXY); httpcore's pool gets slower as it grows, so its shards stay small.
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    pool = ClientPool()
+    leases = Leases(pool)
+    count = FOLLOWERS_PER_PROXIED_CLIENT + 1
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            for _ in range(count):
+                tg.start_soon(leases.follower)
+            await leases.wait_leased(count)
+            assert pool.client_count == 2
+            per_client = Counter(id(client) for client in leases.clients)
+            assert sorted(per_client.values()) == [1, FOLLOWERS_PER_PROXIED_CLIENT]
+            for client in leases.clients:
+                assert not isinstance(client, AgentClient)
+                pool_size = client._transport._pool._max_connections  # type: ignore[attr-defined]
+                assert pool_size == FOLLOWERS_PER_PROXIED_CLIENT
+            leases.release.set()
+    assert all(client.is_closed for client in leases.clients)
 
 
 async def test_pool_closes_a_client_with_its_last_follower_only() -> None:
@@ -654,7 +701,7 @@ async def test_all_clients_share_one_ssl_context() -> None:
                 await holder.wait_leased(count)
             clients = [client for holder in leases for client in holder.clients]
             assert len({id(client) for client in clients}) == 3
-            contexts = [client._transport._pool._ssl_context for client in clients]  # type: ignore[attr-defined]
+            contexts = [client._transport._ssl_context for client in clients]  # type: ignore[attr-defined]
             for holder in leases:
                 holder.release.set()
     assert _shared_ssl_context() is _shared_ssl_context()
