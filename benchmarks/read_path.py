@@ -1,0 +1,317 @@
+"""The read path alone: CPU per read of one follower, from the raw floor to ``read_page``.
+
+One client reads a small page in a loop from a lean HTTP/1.1 server in another
+process (so the server's CPU is not counted), over loopback, keep-alive. CPU is
+``time.process_time()`` over the timed reads (after a warm-up), per read. Each
+way of reading runs on asyncio and on trio:
+
+- ``raw``: a canned request and a hand-split response over anyio streams (the floor);
+- ``h11``: h11 over the same anyio streams;
+- ``httpx default``: ``httpx.AsyncClient().post`` on httpx's default transport (httpcore);
+- ``httpx + ours``: ``httpx.AsyncClient(transport=AgentTransport(...)).post``;
+- ``read_page default``: the library's ``read_page`` on httpx's default transport;
+- ``read_page + ours``: ``read_page`` on a client of the library's pool (its transport).
+
+Ratios are against ``httpx default`` on the same backend, in the same run. Figures,
+never assertions: they belong to the machine they were measured on.
+
+Usage: ``python benchmarks/read_path.py [--reads 5000] [--backend asyncio,trio]
+[--quick] [--json PATH] [--profile]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from typing import Any
+
+import anyio
+import anyio.abc
+import h11
+import httpx
+
+from follower._clients import ClientPool, _shared_ssl_context
+from follower._exchange import read_page
+from follower._transport import AgentTransport
+
+TASK_ID = "t1"
+PAGE = json.dumps(
+    {
+        "context_id": "ctx",
+        "task_id": TASK_ID,
+        "state": "running",
+        "format": "bench/v1",
+        "events": [{"n": i, "text": "event"} for i in range(3)],
+        "next": 3,
+        "has_more": False,
+    },
+    separators=(",", ":"),
+).encode()
+REQUEST_BODY = json.dumps({"task_id": TASK_ID, "after": 0}, separators=(",", ":")).encode()
+PATH = "/ext/trajectory"
+WAYS = ("raw", "h11", "httpx default", "httpx + ours", "read_page default", "read_page + ours")
+
+
+# --- the lean server (a child process, plain asyncio) ---------------------------------
+
+
+class _PageServer(asyncio.Protocol):
+    """Answers every request with PAGE, keep-alive; enough HTTP for this benchmark."""
+
+    response = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+        b"content-length: " + str(len(PAGE)).encode() + b"\r\n\r\n" + PAGE
+    )
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.buffer = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buffer[:end].lower()
+            length = 0
+            at = head.find(b"content-length:")
+            if at >= 0:
+                length = int(head[at + 15 :].split(b"\r\n", 1)[0])
+            if len(self.buffer) < end + 4 + length:
+                return
+            self.buffer = self.buffer[end + 4 + length :]
+            self.transport.write(self.response)  # type: ignore[attr-defined]
+
+
+def serve() -> None:
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(_PageServer, "127.0.0.1", 0)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await server.serve_forever()
+
+    asyncio.run(main())
+
+
+# --- the ways of reading ----------------------------------------------------------------
+
+
+class _Raw:
+    """The floor: one canned request, the response split by hand."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.request = (
+            f"POST {PATH} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(REQUEST_BODY)}\r\n\r\n"
+        ).encode() + REQUEST_BODY
+
+    async def __aenter__(self) -> _Raw:
+        self.stream = await anyio.connect_tcp("127.0.0.1", self.port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stream.aclose()
+
+    async def read(self) -> bytes:
+        await self.stream.send(self.request)
+        data = b""
+        while True:
+            data += await self.stream.receive()
+            end = data.find(b"\r\n\r\n")
+            if end < 0:
+                continue
+            at = data.find(b"content-length: ", 0, end)
+            length = int(data[at + 16 : data.find(b"\r\n", at)])
+            if len(data) >= end + 4 + length:
+                return data[end + 4 : end + 4 + length]
+
+
+class _H11(_Raw):
+    """h11 over the same streams: what parsing HTTP properly costs."""
+
+    async def __aenter__(self) -> _H11:
+        await super().__aenter__()
+        self.connection = h11.Connection(h11.CLIENT)
+        return self
+
+    async def read(self) -> bytes:
+        connection = self.connection
+        headers = [
+            ("host", f"127.0.0.1:{self.port}"),
+            ("content-type", "application/json"),
+            ("content-length", str(len(REQUEST_BODY))),
+        ]
+        await self.stream.send(
+            connection.send(h11.Request(method="POST", target=PATH, headers=headers))
+            + connection.send(h11.Data(data=REQUEST_BODY))  # type: ignore[operator]
+            + connection.send(h11.EndOfMessage())
+        )
+        parts = []
+        while True:
+            event = connection.next_event()
+            if event is h11.NEED_DATA:
+                connection.receive_data(await self.stream.receive())
+            elif isinstance(event, h11.Data):
+                parts.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                connection.start_next_cycle()
+                return b"".join(parts)
+
+
+class _Httpx:
+    """``client.post``, on httpx's default transport or on ours."""
+
+    def __init__(self, port: int, transport: httpx.AsyncBaseTransport | None) -> None:
+        self.url = f"http://127.0.0.1:{port}{PATH}"
+        self.transport = transport
+
+    async def __aenter__(self) -> _Httpx:
+        self.client = httpx.AsyncClient(transport=self.transport)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.client.aclose()
+
+    async def read(self) -> bytes:
+        response = await self.client.post(self.url, json={"task_id": TASK_ID, "after": 0})
+        return response.content
+
+
+class _ReadPageDefault(_Httpx):
+    async def read(self) -> bytes:
+        page = await read_page(self.client, self.url, TASK_ID, 0)
+        return b"x" * page.next
+
+
+class _ReadPageOurs(_ReadPageDefault):
+    """``read_page`` on a client leased from the library's pool, as a follower reads."""
+
+    async def __aenter__(self) -> _ReadPageOurs:
+        self.pool = ClientPool()
+        self.lease = self.pool.lease()
+        self.client = await self.lease.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.lease.__aexit__(None, None, None)
+
+
+def _way(name: str, port: int) -> Any:
+    if name == "raw":
+        return _Raw(port)
+    if name == "h11":
+        return _H11(port)
+    if name == "httpx default":
+        return _Httpx(port, None)
+    if name == "httpx + ours":
+        return _Httpx(port, AgentTransport(ssl_context=_shared_ssl_context()))
+    if name == "read_page default":
+        return _ReadPageDefault(port, None)
+    return _ReadPageOurs(port, None)
+
+
+async def _measure(name: str, port: int, reads: int, profile: bool) -> float:
+    async with _way(name, port) as way:
+        for _ in range(max(50, reads // 10)):  # warm up: connections, caches
+            await way.read()
+        profiler = None
+        if profile:
+            import pyinstrument  # optional, for --profile only
+
+            profiler = pyinstrument.Profiler(interval=0.0001, async_mode="disabled")
+            profiler.start()
+        start = time.process_time()
+        for _ in range(reads):
+            await way.read()
+        elapsed = time.process_time() - start
+        if profiler is not None:
+            profiler.stop()
+            print(profiler.output_text(unicode=False, color=False, show_all=False))
+    return elapsed / reads * 1e6
+
+
+# --- running and reporting ----------------------------------------------------------
+
+
+def _machine() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "system": platform.platform(),
+        "cpus": os.cpu_count(),
+        "anyio": anyio.__version__ if hasattr(anyio, "__version__") else None,
+        "httpx": httpx.__version__,
+        "h11": h11.__version__,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reads", type=int, default=5000, help="timed reads per way")
+    parser.add_argument("--backend", default="asyncio,trio", help="comma-separated backends")
+    parser.add_argument("--ways", default=",".join(WAYS), help="comma-separated ways to run")
+    parser.add_argument("--quick", action="store_true", help="a few hundred reads: seconds")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON here")
+    parser.add_argument("--profile", action="store_true", help="profile each way (pyinstrument)")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve()
+        return 0
+    reads = 200 if args.quick else args.reads
+    ways = [w.strip() for w in args.ways.split(",") if w.strip()]
+    unknown = set(ways) - set(WAYS)
+    if unknown:
+        parser.error(f"unknown ways: {', '.join(sorted(unknown))}; known: {', '.join(WAYS)}")
+    backends = [b.strip() for b in args.backend.split(",") if b.strip()]
+
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        results = []
+        for backend in backends:
+            for name in ways:
+                cpu = anyio.run(_measure, name, port, reads, args.profile, backend=backend)
+                results.append({"backend": backend, "way": name, "cpu_us_per_read": cpu})
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+    baseline = {r["backend"]: r["cpu_us_per_read"] for r in results if r["way"] == "httpx default"}
+    for r in results:
+        base = baseline.get(r["backend"])
+        r["vs_httpx_default"] = r["cpu_us_per_read"] / base if base else None
+    print(f"CPU per read of a {len(PAGE)}-byte page, {reads} reads per way, loopback keep-alive")
+    print(f"{'backend':<8} {'way':<18} {'µs/read':>8} {'vs httpx default':>17}")
+    for r in results:
+        ratio = f"{r['vs_httpx_default']:.2f}x" if r["vs_httpx_default"] else "-"
+        print(f"{r['backend']:<8} {r['way']:<18} {r['cpu_us_per_read']:>8.1f} {ratio:>17}")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(
+                {
+                    "benchmark": "read_path",
+                    "reads": reads,
+                    "page_bytes": len(PAGE),
+                    "machine": _machine(),
+                    "results": results,
+                },
+                out,
+                indent=2,
+            )
+            out.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
