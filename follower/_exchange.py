@@ -7,6 +7,7 @@ which is not the agent's fault and must never count as a failed read of it.
 
 from __future__ import annotations
 
+import functools
 from contextlib import aclosing, asynccontextmanager
 from typing import TYPE_CHECKING, Any, cast
 
@@ -81,7 +82,7 @@ async def exchange(
     """
     request = client.build_request(
         method,
-        url,
+        _parsed_url(url),
         json=json_body,
         headers={"accept-encoding": "identity"},
         timeout=httpx.Timeout(timeout_seconds, pool=POOL_WAIT_SECONDS),
@@ -115,6 +116,12 @@ async def exchange(
     if deadline.cancelled_caught:
         raise AgentUnavailableError(f"{what} at {url} took over {timeout_seconds} s")
     return status, body
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_url(url: str) -> httpx.URL:
+    # A follower reads one URL over and over; httpx parses a str each time (immutable URLs).
+    return httpx.URL(url)
 
 
 def _bounded_by_traces(request: httpx.Request, timeout_seconds: float) -> anyio.CancelScope:

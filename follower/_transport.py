@@ -131,6 +131,17 @@ class AgentClient(httpx.AsyncClient):
 
     def __init__(self, transport: AgentTransport, **kwargs: Any) -> None:
         super().__init__(transport=transport, **kwargs)
+        # httpx extracts cookies from every response through http.cookiejar, about
+        # a tenth of a small read; agents rarely set any, so skip it when none is set.
+        self._cookies = _CookiesWhenSet(self._cookies)
+
+
+class _CookiesWhenSet(httpx.Cookies):
+    """httpx's cookies, extracted only from responses that set some."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        if "set-cookie" in response.headers:
+            super().extract_cookies(response)
 
 
 def _deadlines(timeout: Any) -> tuple[float, float]:

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import json
 import ssl
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -30,6 +33,8 @@ from follower import AgentUnavailableError, PageTooLargeError
 from follower._clients import ClientPool, _shared_ssl_context
 from follower._exchange import read_page
 from follower._transport import AgentClient, AgentTransport
+
+WAYS = ("raw", "h11", "httpx default", "httpx + ours", "read_page default", "read_page + ours")
 
 pytestmark = pytest.mark.anyio
 
@@ -448,3 +453,39 @@ async def test_a_proxy_in_the_environment_carries_the_pools_requests(
     assert page_read.events == ("a",)
     [request] = proxy.requests
     assert request.line == f"POST http://agent.invalid{PATH} HTTP/1.1"
+
+
+async def test_cookies_an_agent_sets_are_kept_and_sent_back() -> None:
+    # The client skips httpx's cookie extraction only for responses that set none.
+    async def respond(stream: anyio.abc.ByteStream, request: Request) -> bool:
+        await stream.send(answer(page(), "set-cookie: session=s1; Path=/"))
+        return True
+
+    with anyio.fail_after(10):
+        async with serving(respond) as (url, server), agent_client() as client:
+            await read(client, url)
+            await read(client, url)
+    assert b"cookie: session=s1" not in server.requests[0].head.lower()
+    assert b"cookie: session=s1" in server.requests[1].head.lower()
+
+
+# --- the read-path benchmark cannot rot --------------------------------------------------
+
+
+def test_the_read_path_benchmark_runs_quick(tmp_path: Path) -> None:
+    figures = tmp_path / "read_path.json"
+    script = Path(__file__).parents[1] / "benchmarks" / "read_path.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--quick", "--json", str(figures)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    results = json.loads(figures.read_text())["results"]
+    assert {(r["backend"], r["way"]) for r in results} == {
+        (backend, way) for backend in ("asyncio", "trio") for way in WAYS
+    }
+    assert all(r["cpu_us_per_read"] > 0 for r in results)
+    assert "read_page + ours" in done.stdout
