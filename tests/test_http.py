@@ -5,8 +5,9 @@ cursor read" and "Following one task"): a 404, another 4xx, a 5xx or a transport
 failure, a malformed or oversized page.
 Our own pool being full is the one exception: it is ``PoolBusyError``, which is
 not the agent's fault and so not an ``AgentError``. The pool tests check
-docs/design.md ("Shared, sharded clients"): bounded shards, one SSL context,
-clients closed with their last follower.
+docs/design.md ("Shared clients"): one client a loop on the library's transport,
+bounded shards of httpx clients behind a proxy, one SSL context, clients closed
+with their last follower.
 
 Reads run against in-memory fakes (``httpx.MockTransport`` or the scripted
 agent); the timing tests run on virtual time, the pool tests (which load the SSL
