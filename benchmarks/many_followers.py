@@ -203,8 +203,9 @@ class CountingStore:
     async def get(self, key: str) -> bytes:
         raise ObjectNotFoundError(f"bodies are not kept: {key!r}")
 
-    async def list(self, prefix: str) -> list[str]:
-        return sorted(key for key in self._keys if key.startswith(prefix))
+    async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
+        after = "" if start_after is None else start_after
+        return sorted(key for key in self._keys if key.startswith(prefix) and key > after)
 
     def _page_stored(self, turn: Turn, after: int, next_: int) -> None:
         now = time.time()

@@ -25,6 +25,7 @@ retry of an abandoned put safe.
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
@@ -43,7 +44,7 @@ from ._errors import (
     StoreUnavailableError,
 )
 from ._keys import check_key, check_list_prefix, check_prefix
-from ._stores import check_same_bytes
+from ._stores import check_same_bytes, check_start_after
 
 try:
     import boto3.session
@@ -61,6 +62,10 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 _Args = TypeVarTuple("_Args")
+
+# What no key holds and S3 cannot be sent as StartAfter: control characters (XML 1.0
+# refuses most) and lone surrogates (no UTF-8).
+_UNSENDABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 # Attempts of a put that S3 keeps answering 409 (a concurrent write in progress).
 # botocore does not retry a 409, so the put does, with botocore's own backoff:
@@ -148,15 +153,17 @@ class S3Store:
 
     async def put(self, key: str, body: bytes, *, content_type: str) -> None:
         check_key(key)
+        # bytes() copies a bytearray (the thread must not see it change), never a bytes.
         await self._run(self._put_sync, key, bytes(body), content_type)
 
     async def get(self, key: str) -> bytes:
         check_key(key)
         return await self._run(self._get_sync, key)
 
-    async def list(self, prefix: str) -> list[str]:
+    async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
         check_list_prefix(prefix)
-        return await self._run(self._list_sync, prefix)
+        check_start_after(start_after)
+        return await self._run(self._list_sync, prefix, start_after)
 
     # --- in worker threads ----------------------------------------------------------
 
@@ -236,19 +243,32 @@ class S3Store:
         except BotoCoreError as exc:
             raise self._error("get", key, exc) from exc
 
-    def _list_sync(self, prefix: str) -> builtins.list[str]:
+    def _list_sync(self, prefix: str, start_after: str | None) -> builtins.list[str]:
         client = self._client_sync()
         skip = len(self._prefix)
         keys = []
+        # S3 starts the listing itself after StartAfter (a full key: under the store's
+        # prefix, so the order of keys relative to it is the order of full keys). A
+        # start_after that S3 cannot be sent is cut before the first character no key
+        # holds; the cut sorts before it, and what is listed between is dropped below.
+        sent = None if start_after is None else _UNSENDABLE.split(start_after, maxsplit=1)[0]
         try:
-            pages = client.get_paginator("list_objects_v2").paginate(
-                Bucket=self._bucket, Prefix=self._prefix + prefix
-            )
+            paginator = client.get_paginator("list_objects_v2")
+            if not sent:
+                pages = paginator.paginate(Bucket=self._bucket, Prefix=self._prefix + prefix)
+            else:
+                pages = paginator.paginate(
+                    Bucket=self._bucket,
+                    Prefix=self._prefix + prefix,
+                    StartAfter=self._prefix + sent,
+                )
             for page in pages:
                 for item in page.get("Contents", []):
                     keys.append(item["Key"][skip:])
         except (ClientError, BotoCoreError) as exc:
             raise self._error("list", prefix, exc) from exc
+        if start_after is not None and sent != start_after:
+            keys = [key for key in keys if key > start_after]
         # Objects no key can name (a console's folder marker "a/", say) are not
         # the store's: a listing shows only what get can read.
         return sorted(key for key in keys if _is_key(key))

@@ -11,9 +11,13 @@ its worker thread is abandoned there: it may still land, later, on its own.
 
 from __future__ import annotations
 
+import bisect
+import enum
+import inspect
 import os
 import re
 import secrets
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -21,7 +25,13 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from ._errors import InvalidKeyError, ObjectConflictError, ObjectNotFoundError, StoreError
+from ._errors import (
+    InvalidArgumentError,
+    InvalidKeyError,
+    ObjectConflictError,
+    ObjectNotFoundError,
+    StoreError,
+)
 from ._keys import check_key, check_list_prefix
 
 if TYPE_CHECKING:
@@ -43,24 +53,88 @@ class ObjectStore(Protocol):
     async def get(self, key: str) -> bytes:
         """Read ``key``; raise :class:`ObjectNotFoundError` if it is not written."""
 
-    async def list(self, prefix: str) -> list[str]:
-        """The keys that start with ``prefix``, sorted."""
+    async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
+        """The keys that start with ``prefix`` and sort after ``start_after``, sorted.
+
+        Sorted by code point, which is S3's UTF-8 byte order. ``start_after``
+        need not be a key; ``None`` lists every key under ``prefix``. The reader
+        passes the last chunk it read, so that a poll lists only what is new.
+
+        A store written before ``start_after`` existed (``list(self, prefix)``)
+        still works: the library sees from the method's signature that it takes
+        no ``start_after``, lists everything under the prefix and drops what
+        sorts before, so the answer is the same, at the cost of a whole listing
+        at every poll. (Type checkers will ask such a store for the new keyword.)
+        """
+
+
+async def list_keys(
+    store: ObjectStore, prefix: str, *, start_after: str | None = None
+) -> list[str]:
+    """``store.list(prefix, start_after=...)``, for stores of either protocol.
+
+    A store whose ``list`` takes no ``start_after`` (written before it existed)
+    is listed whole and filtered here: the same keys, at the old cost.
+    """
+    if start_after is None:
+        return await store.list(prefix)
+    if _takes_start_after(store):
+        return await store.list(prefix, start_after=start_after)
+    return [key for key in await store.list(prefix) if key > start_after]
+
+
+# Per store class: whether its list takes start_after (classes, weakly: a test's local
+# class must not be kept alive by this cache).
+_TAKES_START_AFTER: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+
+
+def _takes_start_after(store: ObjectStore) -> bool:
+    kind = type(store)
+    known = _TAKES_START_AFTER.get(kind)
+    if known is None:
+        try:
+            parameters = inspect.signature(store.list).parameters.values()
+        except (TypeError, ValueError):  # no signature to read: call it the old way
+            known = False
+        else:
+            known = any(
+                p.name == "start_after" or p.kind is inspect.Parameter.VAR_KEYWORD
+                for p in parameters
+            )
+        _TAKES_START_AFTER[kind] = known
+    return known
+
+
+def check_start_after(start_after: str | None) -> None:
+    """A listing's ``start_after`` is a string (any: it need not be a key) or ``None``."""
+    if start_after is not None and not isinstance(start_after, str):
+        raise InvalidArgumentError(
+            f"start_after must be a str or None, not {type(start_after).__name__}"
+        )
 
 
 class MemoryStore:
-    """A write-once store in memory, for tests and demos."""
+    """A write-once store in memory, for tests and demos.
+
+    Its keys are also kept sorted, so a listing costs the keys it returns, not
+    the keys the store holds.
+    """
 
     def __init__(self) -> None:
         self._objects: dict[str, tuple[bytes, str]] = {}
+        self._sorted: list[str] = []
 
     async def put(self, key: str, body: bytes, *, content_type: str) -> None:
         check_key(key)
         await anyio.lowlevel.checkpoint()
+        # No copy of a bytes object (bytes() returns it as it is); a bytearray is
+        # copied, so changing it later cannot change what is stored.
         body = bytes(body)
         if key in self._objects:
             check_same_bytes(key, self._objects[key][0], body)
             return
         self._objects[key] = (body, content_type)
+        bisect.insort(self._sorted, key)
 
     async def get(self, key: str) -> bytes:
         check_key(key)
@@ -70,10 +144,22 @@ class MemoryStore:
         except KeyError:
             raise ObjectNotFoundError(f"no object {key!r}") from None
 
-    async def list(self, prefix: str) -> list[str]:
+    async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
         check_list_prefix(prefix)
+        check_start_after(start_after)
         await anyio.lowlevel.checkpoint()
-        return sorted(k for k in self._objects if k.startswith(prefix))
+        keys = self._sorted
+        first = bisect.bisect_left(keys, prefix)
+        if start_after is not None:
+            first = max(first, bisect.bisect_right(keys, start_after))
+        # Keys under a prefix are one run of the sorted keys: stop at the first that is not.
+        found = []
+        for index in range(first, len(keys)):
+            key = keys[index]
+            if not key.startswith(prefix):
+                break
+            found.append(key)
+        return found
 
     def content_type(self, key: str) -> str:
         """The content type ``key`` was written with."""
@@ -110,6 +196,7 @@ class FilesystemStore:
         path = self._path(key)
         # Abandoned on cancel, so a stalled disk cannot hold the step past its bounds;
         # the write may still land later, and the turn's records only count what returned.
+        # bytes() copies a bytearray (the thread must not see it change), never a bytes.
         try:
             await anyio.to_thread.run_sync(
                 self._put_sync, path, key, bytes(body), abandon_on_cancel=True
@@ -124,10 +211,11 @@ class FilesystemStore:
         except OSError as exc:
             raise StoreError(f"cannot read {key!r} under {self._root}: {exc}") from exc
 
-    async def list(self, prefix: str) -> list[str]:
+    async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
         check_list_prefix(prefix)
+        check_start_after(start_after)
         try:
-            return await anyio.to_thread.run_sync(self._list_sync, prefix)
+            return await anyio.to_thread.run_sync(self._list_sync, prefix, start_after)
         except OSError as exc:
             raise StoreError(f"cannot list {prefix!r} under {self._root}: {exc}") from exc
 
@@ -171,20 +259,77 @@ class FilesystemStore:
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise ObjectNotFoundError(f"no object {key!r}") from None
 
-    def _list_sync(self, prefix: str) -> builtins.list[str]:
+    def _list_sync(self, prefix: str, start_after: str | None) -> builtins.list[str]:
         folder, _, _ = prefix.rpartition("/")
         start = self._root.joinpath(*folder.split("/")) if folder else self._root
         if not start.is_dir() or not start.resolve().is_relative_to(self._root):
             return []
-        keys = []
-        for dirpath, _dirnames, filenames in os.walk(start):
-            rel = Path(dirpath).relative_to(self._root).as_posix()
-            base = "" if rel == "." else rel + "/"
-            for name in filenames:
-                key = base + name
-                if key.startswith(prefix) and not TEMP_NAME.fullmatch(name):
-                    keys.append(key)
+        keys: builtins.list[str] = []
+        _scan_folder(str(start), folder + "/" if folder else "", prefix, start_after, keys)
         return sorted(keys)
+
+
+def _scan_folder(
+    path: str, base: str, prefix: str, start_after: str | None, keys: list[str]
+) -> None:
+    """Add the keys under folder ``path`` (key prefix ``base``) that start with
+    ``prefix`` and sort after ``start_after`` to ``keys``.
+
+    A folder has no order of its own, so every name is read; but the names that
+    sort before ``start_after`` are dropped by comparing strings, before any
+    per-entry call, and the folders under them are never entered.
+    """
+    rest: str | None = None  # start_after, relative to this folder
+    if start_after is not None:
+        if start_after.startswith(base):
+            rest = start_after[len(base) :]
+        elif start_after > base:
+            return  # every key in here sorts before start_after
+    # The part of the prefix below this folder: only at its own level, never with a '/'.
+    wanted = prefix[len(base) :] if len(prefix) > len(base) else ""
+    if rest is None:
+        with os.scandir(path) as entries:  # a whole folder: its entry types come free
+            found = [(entry.name, _entry_kind(entry)) for entry in entries]
+        if wanted:
+            found = [(name, kind) for name, kind in found if name.startswith(wanted)]
+    else:
+        names = os.listdir(path)
+        if wanted:
+            names = [name for name in names if name.startswith(wanted)]
+        # What sorts after, and the names rest starts with: a folder of that name may
+        # hold keys after it ("a/z" > "a!" though "a" < "a!"). A set lookup, not a
+        # startswith call a name: this filter runs over every name of a long turn.
+        after = rest
+        heads = {after[:end] for end in range(1, len(after.split("/", 1)[0]) + 1)}
+        names = [name for name in names if name > after or name in heads]
+        found = [(name, _path_kind(os.path.join(path, name))) for name in names]
+    for name, kind in found:
+        key = base + name
+        if kind is _Kind.FOLDER:
+            _scan_folder(os.path.join(path, name), key + "/", prefix, start_after, keys)
+        elif kind is _Kind.FILE and (rest is None or name > rest) and not TEMP_NAME.fullmatch(name):
+            keys.append(key)
+
+
+class _Kind(enum.Enum):
+    """An entry as os.walk sees it: a file (a key), a folder to enter, a link to a folder
+    (neither listed nor entered: it could lead outside the root)."""
+
+    FILE = enum.auto()
+    FOLDER = enum.auto()
+    FOLDER_LINK = enum.auto()
+
+
+def _entry_kind(entry: os.DirEntry[str]) -> _Kind:
+    if not entry.is_dir():
+        return _Kind.FILE
+    return _Kind.FOLDER_LINK if entry.is_symlink() else _Kind.FOLDER
+
+
+def _path_kind(path: str) -> _Kind:
+    if not os.path.isdir(path):
+        return _Kind.FILE
+    return _Kind.FOLDER_LINK if os.path.islink(path) else _Kind.FOLDER
 
 
 def check_same_bytes(key: str, stored: bytes, body: bytes) -> None:

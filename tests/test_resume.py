@@ -360,8 +360,8 @@ async def test_task_json_says_whose_turn_it_is_before_the_first_chunk(store: Obj
         async def get(self, key: str) -> bytes:
             return await self.inner.get(key)
 
-        async def list(self, prefix: str) -> list[str]:
-            return await self.inner.list(prefix)
+        async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
+            return await self.inner.list(prefix, start_after=start_after)
 
     agent.publish("t1", "a")
     agent.finish("t1")
@@ -422,8 +422,8 @@ async def test_ctrl_c_inside_a_followers_task_comes_out_as_itself(store: ObjectS
         async def get(self, key: str) -> bytes:
             return await self.inner.get(key)
 
-        async def list(self, prefix: str) -> list[str]:
-            return await self.inner.list(prefix)
+        async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
+            return await self.inner.list(prefix, start_after=start_after)
 
     with anyio.fail_after(30), pytest.raises(KeyboardInterrupt) as caught:
         async with (
@@ -457,10 +457,10 @@ async def test_a_store_that_fails_at_the_steps_exit_never_replaces_the_steps_exc
         async def get(self, key: str) -> bytes:
             return await self.inner.get(key)
 
-        async def list(self, prefix: str) -> list[str]:
+        async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
             if self.broken:
                 raise StoreError("the store is down")
-            return await self.inner.list(prefix)
+            return await self.inner.list(prefix, start_after=start_after)
 
     failing = FailingListings(store)
     with anyio.fail_after(30), pytest.raises(ValueError, match="the step's own") as caught:

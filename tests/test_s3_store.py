@@ -328,6 +328,37 @@ async def test_a_listing_longer_than_a_page_is_whole(s3_server: S3Server, bucket
     client.close()
 
 
+async def test_a_listing_after_a_key_is_s3s_own_start_after(
+    s3_server: S3Server, bucket: str
+) -> None:
+    # S3 skips what sorts before StartAfter itself: an idle poll of a long turn lists
+    # only what is new, page after page (3 keys a request here).
+    client = s3_server.client()
+    sent: list[dict[str, Any]] = []
+
+    def three_keys_a_page(params: dict[str, Any], **_: Any) -> None:
+        sent.append(dict(params))
+        params["MaxKeys"] = 3
+
+    client.meta.events.register("before-parameter-build.s3.ListObjectsV2", three_keys_a_page)
+    store = S3Store(bucket, prefix="p/", client=client)
+    with anyio.fail_after(10):
+        chunks = [f"turn/live/{n:08d}-{n + 1:08d}.jsonl" for n in range(10)]
+        await put_many(store, [*chunks, "turn/live/end.json"])
+        sent.clear()
+        listed = await store.list("turn/live/", start_after=chunks[5])
+        assert listed == [*chunks[6:], "turn/live/end.json"]
+        assert [params.get("StartAfter") for params in sent] == ["p/" + chunks[5]] * 2
+        sent.clear()
+        # What S3 cannot be sent is cut, and the listing is the same.
+        assert await store.list("turn/", start_after="turn/live/00000009\x00") == [
+            chunks[9],
+            "turn/live/end.json",
+        ]
+        assert sent[0]["StartAfter"] == "p/turn/live/00000009"
+    client.close()
+
+
 # --- what S3 answers --------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ worker threads, which virtual clocks would time out.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import tempfile
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ import follower
 from follower import (
     FilesystemStore,
     FollowerError,
+    InvalidArgumentError,
     InvalidKeyError,
     MemoryStore,
     ObjectConflictError,
@@ -37,6 +39,7 @@ from follower import (
     ObjectStore,
     StoreError,
 )
+from follower._stores import list_keys
 from follower.s3 import S3Store
 
 from .test_s3_store import new_bucket, running_s3_server
@@ -135,6 +138,106 @@ async def test_list_filters_by_prefix_even_one_that_is_not_a_folder(store: Objec
         assert await store.list("") == sorted(keys)
         assert await store.list("zzz") == []
         assert await store.list("nowhere/deep/") == []
+
+
+# Keys whose order a folder walk would not give: "a/b!" < "a/b-c" < "a/b/..." < "a/b0".
+LISTED_KEYS = ["a/b!", "a/b-c", "a/b/c", "a/b/a/x", "a/b0", "a/bc/d", "a/c", "ab", "b/a", "z"]
+START_AFTERS = [
+    "",
+    "a",
+    "a/",
+    "a/b",
+    "a/b!",
+    "a/b\x00",
+    "a/b\ud800",
+    "a/b.",
+    "a/b/",
+    "a/b/a",
+    "a/b/a/x",
+    "a/b/b",
+    "a/b0",
+    "a/bc",
+    "a/bc/",
+    "a/c",
+    "ab",
+    "b",
+    "é",
+    "zz",
+]
+
+
+async def test_list_starts_after_any_string_under_any_prefix(store: ObjectStore) -> None:
+    with anyio.fail_after(30):
+        for key in LISTED_KEYS:
+            await store.put(key, b"x", content_type=JSON)
+        for prefix in ["", "a", "a/", "a/b", "a/b/", "a/bc/", "b/", "zzz"]:
+            under = [key for key in sorted(LISTED_KEYS) if key.startswith(prefix)]
+            assert await store.list(prefix, start_after=None) == under
+            for start_after in START_AFTERS:
+                listed = await store.list(prefix, start_after=start_after)
+                assert listed == [key for key in under if key > start_after], (prefix, start_after)
+
+
+async def test_list_refuses_a_start_after_that_is_not_a_string(store: ObjectStore) -> None:
+    with anyio.fail_after(10), pytest.raises(InvalidArgumentError):
+        await store.list("", start_after=b"a")  # type: ignore[arg-type]
+
+
+class OldProtocolStore:
+    """A store written before ``start_after``: ``list(prefix)`` only."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+        self.listed: list[str] = []
+
+    async def put(self, key: str, body: bytes, *, content_type: str) -> None:
+        await self.inner.put(key, body, content_type=content_type)
+
+    async def get(self, key: str) -> bytes:
+        return await self.inner.get(key)
+
+    async def list(self, prefix: str) -> list[str]:
+        keys = await self.inner.list(prefix)
+        self.listed.extend(keys)
+        return keys
+
+
+async def test_a_store_of_the_old_protocol_lists_after_a_key_through_a_whole_listing() -> None:
+    old = OldProtocolStore()
+    for key in LISTED_KEYS:
+        await old.put(key, b"x", content_type=JSON)
+    assert isinstance(old, follower.ObjectStore)
+    assert await list_keys(old, "a/", start_after="a/b0") == ["a/bc/d", "a/c"]  # type: ignore[arg-type]
+    assert old.listed == [key for key in sorted(LISTED_KEYS) if key.startswith("a/")]
+    assert await list_keys(old, "a/") == await old.inner.list("a/")  # type: ignore[arg-type]
+
+
+async def test_a_store_of_the_new_protocol_is_asked_for_what_sorts_after() -> None:
+    class Counting(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.asked: list[str | None] = []
+
+        async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
+            self.asked.append(start_after)
+            return await super().list(prefix, start_after=start_after)
+
+    store = Counting()
+    for key in LISTED_KEYS:
+        await store.put(key, b"x", content_type=JSON)
+    assert await list_keys(store, "a/", start_after="a/b0") == ["a/bc/d", "a/c"]
+    assert store.asked == ["a/b0"]
+
+
+async def test_the_memory_store_keeps_a_bytes_body_without_a_copy_and_copies_a_bytearray() -> None:
+    store = MemoryStore()
+    body = b"x" * 1000
+    await store.put("k", body, content_type=JSON)
+    assert await store.get("k") is body
+    buffer = bytearray(b"abc")
+    await store.put("b", buffer, content_type=JSON)  # type: ignore[arg-type]
+    buffer[0] = ord("z")
+    assert await store.get("b") == b"abc"
 
 
 async def test_list_of_an_empty_store_is_empty(store: ObjectStore) -> None:
@@ -470,3 +573,23 @@ async def test_any_valid_key_round_trips_on_every_store(key: str, body: bytes) -
                         await store.put(key, b"again", content_type=JSON)
                 await store.put(key, body, content_type=JSON)
                 assert await store.get(key) == body
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    stored=st.lists(keys, max_size=8, unique=True),
+    prefix=st.sampled_from(["", "a", "a/", "a/b"]) | segments.map(lambda s: s[:2]),
+    start_after=st.none() | st.text(max_size=6) | keys,
+)
+async def test_list_after_is_the_whole_listing_from_that_point_on(
+    stored: list[str], prefix: str, start_after: str | None
+) -> None:
+    with anyio.fail_after(10), tempfile.TemporaryDirectory() as root:
+        for store in (MemoryStore(), FilesystemStore(root)):
+            for key in stored:
+                # A file where another key needs a folder ("a" and "a/b") fails on disk.
+                with contextlib.suppress(FollowerError):
+                    await store.put(key, b"x", content_type=JSON)
+            whole = await store.list(prefix)
+            listed = await store.list(prefix, start_after=start_after)
+            assert listed == [k for k in whole if start_after is None or k > start_after]
