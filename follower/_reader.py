@@ -15,6 +15,7 @@ import attrs
 from ._errors import CorruptObjectError, ReaderIdleError
 from ._layout import END, NEXT, EndMark, NextLink, TurnKeys, chunk_positions, decode_events
 from ._options import positive_seconds
+from ._stores import list_keys
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -133,8 +134,20 @@ class _IdleClock:
             raise ReaderIdleError(f"no new object under {where!r} for {self._timeout} s")
 
 
+# Chunk names sort by position while positions fit their 8 digits; past that
+# ("100000000-..." < "99999000-..."), every poll lists the whole folder.
+_ORDERED_POSITIONS = 10**8
+
+
 class _TurnReader:
-    """One turn's objects, read as far as they go at each listing."""
+    """One turn's objects, read as far as they go at each listing.
+
+    A poll lists only the keys after the last chunk read (the store skips the
+    rest: S3 natively, the others as cheaply as they can), and the marks, which
+    sort after every chunk. A chunk that sorts before the last one read can only
+    be a late put of an earlier attempt; before a gap is waited on, or the end
+    believed, one whole listing reads and checks such chunks too.
+    """
 
     def __init__(self, store: ObjectStore, keys: TurnKeys) -> None:
         self.store = store
@@ -148,34 +161,69 @@ class _TurnReader:
         self.progressed = False
         self._short_listings = 0
         self._read: dict[str, tuple[int, int]] = {}  # chunk name -> (after, next), read
+        self._last_read: str | None = None  # the greatest chunk name read
+        self._gap = False  # the last pass stopped at a chunk after the cursor
 
     async def read_new(self) -> AsyncIterator[StoredEvent]:
         """Yield the events stored since the last call, and note end and link marks."""
         self.progressed = False
-        names = [key[len(self.prefix) :] for key in await self.store.list(self.prefix)]
-        for after, next_, name in chunk_positions(names):
-            if name in self._read:
-                continue
-            if after > self.cursor:
-                break  # a gap: the chunk before it is not written yet
-            events = await self._chunk_events(after, next_, name)
-            if after < self.cursor:
-                # Positions are absolute: a retry may store a chunk over ones already read.
-                await self._check_agrees(after, name, events)
-            self._read[name] = (after, next_)
-            for index in range(self.cursor, next_):
-                yield StoredEvent(self.turn_id, index, events[index - after])
-            self.cursor = max(self.cursor, next_)
-            self.progressed = True
-        if self.end_next is None and END in names:
-            self.end = EndMark.decode(await self._get(END), self.prefix + END)
-            self.end_next = self.end.next
-            self.progressed = True
+        start_after = self._start_after()
+        names = await self._list(start_after)
+        async for event in self._read_chunks(names):
+            yield event
+        await self._note_end(names)
+        if start_after is not None and self._settling(names):
+            names = await self._list(None)
+            async for event in self._read_chunks(names):
+                yield event
         if self.end_next is not None:
             self._check_complete()
         if self.end_next is not None and self.cursor >= self.end_next and NEXT in names:
             self.next_turn = NextLink.decode(await self._get(NEXT), self.prefix + NEXT).turn
             self.done = True
+            self.progressed = True
+
+    def _start_after(self) -> str | None:
+        if self._last_read is None or self.cursor >= _ORDERED_POSITIONS:
+            return None
+        return self.prefix + self._last_read
+
+    def _settling(self, names: list[str]) -> bool:
+        """Whether a whole listing must be read before what this one shows is believed."""
+        if self._gap:
+            return True
+        # The end mark: short of it, or about to follow the link past this turn.
+        return self.end_next is not None and (self.cursor < self.end_next or NEXT in names)
+
+    async def _list(self, start_after: str | None) -> list[str]:
+        keys = await list_keys(self.store, self.prefix, start_after=start_after)
+        start = len(self.prefix)
+        return [key[start:] for key in keys]
+
+    async def _read_chunks(self, names: list[str]) -> AsyncIterator[StoredEvent]:
+        self._gap = False
+        for after, next_, name in chunk_positions(names):
+            if name in self._read:
+                continue
+            if after > self.cursor:
+                self._gap = True  # the chunk before it is not written yet
+                break
+            events = await self._chunk_events(after, next_, name)
+            if after < self.cursor:
+                # Positions are absolute: a retry may store a chunk over ones already read.
+                await self._check_agrees(after, name, events)
+            self._read[name] = (after, next_)
+            if self._last_read is None or name > self._last_read:
+                self._last_read = name
+            for index in range(self.cursor, next_):
+                yield StoredEvent(self.turn_id, index, events[index - after])
+            self.cursor = max(self.cursor, next_)
+            self.progressed = True
+
+    async def _note_end(self, names: list[str]) -> None:
+        if self.end_next is None and END in names:
+            self.end = EndMark.decode(await self._get(END), self.prefix + END)
+            self.end_next = self.end.next
             self.progressed = True
 
     def _check_complete(self) -> None:

@@ -66,6 +66,8 @@ class ObservedStore:
     def __init__(self, inner: ObjectStore) -> None:
         self.inner = inner
         self.listings = 0
+        self.asked: list[str | None] = []  # each listing's start_after
+        self.returned: list[list[str]] = []  # and what it returned
         self._listed = anyio.Event()
 
     async def put(self, key: str, body: bytes, *, content_type: str) -> None:
@@ -74,9 +76,11 @@ class ObservedStore:
     async def get(self, key: str) -> bytes:
         return await self.inner.get(key)
 
-    async def list(self, prefix: str) -> list[str]:
-        keys = await self.inner.list(prefix)
+    async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
+        keys = await self.inner.list(prefix, start_after=start_after)
         self.listings += 1
+        self.asked.append(start_after)
+        self.returned.append(keys)
         listed, self._listed = self._listed, anyio.Event()
         listed.set()
         return keys
@@ -350,6 +354,136 @@ async def test_the_reader_polls_at_its_interval() -> None:
         # Over 2 s at a 0.25 s interval: about 8 listings, not one and not thousands.
         assert 7 <= store.listings <= 9
         assert anyio.current_time() - started == pytest.approx(2.0, abs=0.3)
+
+
+# --- listing only what is new ------------------------------------------------------------
+
+
+class ReaderTask:
+    """A reader of turn t1 in a task, its events delivered through a stream."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+        self._send, self._receive = anyio.create_memory_object_stream[StoredEvent](math.inf)
+
+    async def run(self) -> None:
+        async with self._send:
+            async for event in read_live_trajectory(
+                self.store, PREFIX, "t1", poll_interval_seconds=POLL
+            ):
+                await self._send.send(event)
+
+    async def events(self, count: int) -> list[StoredEvent]:
+        return [await self._receive.receive() for _ in range(count)]
+
+    async def rest(self) -> list[StoredEvent]:
+        async with self._receive:
+            return [event async for event in self._receive]
+
+
+async def test_an_idle_poll_lists_only_what_sorts_after_the_last_chunk_read() -> None:
+    with anyio.fail_after(10):
+        store = ObservedStore(MemoryStore())
+        sink = LiveTrajectoryChunks(store, PREFIX, "t1")
+        for n in range(20):
+            await sink(batch(n, [n]))
+        reader = ReaderTask(store)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.run)
+            assert await reader.events(20) == expected("t1", list(range(20)))
+            await store.next_listing()
+            await store.next_listing()
+            last_chunk = live("t1", "00000019-00000020.jsonl")
+            assert store.asked[0] is None  # nothing read yet: the whole folder
+            assert store.asked[-1] == last_chunk
+            assert store.returned[-1] == [live("t1", "meta.json")]  # the marks only
+            await sink(batch(20, [20], last=True))
+            await sink.end(TrajectoryState.COMPLETED)
+            await write_next_turn(store, TurnKeys(PREFIX, "t1"), None)
+            assert await reader.rest() == expected("t1", [20], start=20)
+        # Only the listing that was about to follow the link listed the folder whole.
+        assert store.asked.count(None) == 2
+        assert max(len(keys) for keys in store.returned[1:-1]) <= 4
+
+
+async def test_a_late_chunk_that_sorts_before_the_last_one_read_is_not_waited_for() -> None:
+    # An earlier attempt's put lands late: [1, 6) sorts before [2, 4), which was read,
+    # and holds events 4 and 5 that the chunk after them, [6, 8), needs.
+    with anyio.fail_after(10):
+        store = ObservedStore(MemoryStore())
+        await put(store, live("t1", "00000000-00000002.jsonl"), b'"a"\n"b"\n')
+        await put(store, live("t1", "00000002-00000004.jsonl"), b'"c"\n"d"\n')
+        reader = ReaderTask(store)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.run)
+            assert await reader.events(4) == expected("t1", ["a", "b", "c", "d"])
+            await put(store, live("t1", "00000001-00000006.jsonl"), b'"b"\n"c"\n"d"\n"e"\n"f"\n')
+            await put(store, live("t1", "00000006-00000008.jsonl"), b'"g"\n"h"\n')
+            # Before any end mark: a gap is never waited on without a whole listing.
+            assert await reader.events(4) == expected("t1", ["e", "f", "g", "h"], start=4)
+            await put(store, live("t1", "end.json"), b'{"state":"completed","next":8}')
+            await put(store, live("t1", "next.json"), b'{"turn":null}')
+            assert await reader.rest() == []
+
+
+async def test_a_late_chunk_that_disagrees_is_corrupt_though_it_sorts_before_the_last_read() -> (
+    None
+):
+    with anyio.fail_after(10):
+        store = ObservedStore(MemoryStore())
+        await put(store, live("t1", "00000000-00000002.jsonl"), b'"a"\n"b"\n')
+        await put(store, live("t1", "00000002-00000004.jsonl"), b'"c"\n"d"\n')
+        reader = ReaderTask(store)
+        corrupt = pytest.RaisesExc(CorruptObjectError, match="00000001-00000003")
+        with pytest.RaisesGroup(corrupt):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reader.run)
+                assert await reader.events(4) == expected("t1", ["a", "b", "c", "d"])
+                await put(store, live("t1", "00000001-00000003.jsonl"), b'"x"\n"y"\n')
+                await store.next_listing()  # an idle poll does not see it
+                await put(store, live("t1", "end.json"), b'{"state":"completed","next":4}')
+                await put(store, live("t1", "next.json"), b'{"turn":null}')
+                await reader.rest()
+
+
+class OldProtocolStore:
+    """A store written before ``start_after``: ``list(prefix)`` only; wakes on listings."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+        self._listed = anyio.Event()
+
+    async def put(self, key: str, body: bytes, *, content_type: str) -> None:
+        await self.inner.put(key, body, content_type=content_type)
+
+    async def get(self, key: str) -> bytes:
+        return await self.inner.get(key)
+
+    async def list(self, prefix: str) -> list[str]:
+        keys = await self.inner.list(prefix)
+        listed, self._listed = self._listed, anyio.Event()
+        listed.set()
+        return keys
+
+    async def next_listing(self) -> None:
+        await self._listed.wait()
+
+
+async def test_a_store_of_the_old_protocol_is_read_as_it_is_written() -> None:
+    with anyio.fail_after(10):
+        store = OldProtocolStore()
+        sink = LiveTrajectoryChunks(store, PREFIX, "t1")  # type: ignore[arg-type]
+        await sink(batch(0, ["a", "b"]))
+        reader = ReaderTask(store)  # type: ignore[arg-type]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader.run)
+            assert await reader.events(2) == expected("t1", ["a", "b"])
+            await store.next_listing()
+            await sink(batch(2, ["c"], last=True))
+            assert await reader.events(1) == expected("t1", ["c"], start=2)
+            await sink.end(TrajectoryState.COMPLETED)
+            await write_next_turn(store, TurnKeys(PREFIX, "t1"), None)  # type: ignore[arg-type]
+            assert await reader.rest() == []
 
 
 # --- waiting and idleness ---------------------------------------------------------------

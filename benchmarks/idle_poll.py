@@ -1,0 +1,194 @@
+"""CPU of one idle poll of a reader tailing a long turn: whole listings vs ``start_after``.
+
+A turn holds N one-event chunks and no end mark (its step is still running).
+``read_live_trajectory`` reads them all, then polls for more; this measures the
+CPU (``time.process_time``, worker threads included) of the polls that find
+nothing new, in two ways on each store:
+
+- ``whole``: the store's ``list`` takes no ``start_after`` (a store of the old
+  protocol), so every poll lists the whole folder, as every poll did before;
+- ``start_after``: the store lists only what sorts after the last chunk read.
+
+Nothing is asserted. The filesystem turn is written as plain files (the layout
+is files; the store's fsync per put would only slow the setup down).
+
+    python benchmarks/idle_poll.py                      # 10,000 and 50,000 chunks
+    python benchmarks/idle_poll.py --chunks 1000 --polls 10 --backend trio
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from follower import FilesystemStore, MemoryStore, ObjectStore, read_live_trajectory
+
+PREFIX = "steps/s1/"
+TURN = "turn-1"
+LIVE = f"{PREFIX}{TURN}/live/"
+
+
+def chunk_name(n: int) -> str:
+    return f"{n:08d}-{n + 1:08d}.jsonl"
+
+
+def event_line(n: int) -> bytes:
+    return json.dumps({"index": n, "kind": "step"}, separators=(",", ":")).encode() + b"\n"
+
+
+class CountedStore:
+    """Passes calls on, counting listings; ``whole`` hides ``start_after`` from the reader."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.listings = 0
+        self.keys_listed = 0
+        self.polled = anyio.Event()
+
+    async def put(self, key: str, body: bytes, *, content_type: str) -> None:
+        await self.inner.put(key, body, content_type=content_type)
+
+    async def get(self, key: str) -> bytes:
+        return await self.inner.get(key)
+
+    async def _counted(self, keys: list[str]) -> list[str]:
+        self.listings += 1
+        self.keys_listed += len(keys)
+        self.polled.set()
+        return keys
+
+
+class WholeListings(CountedStore):
+    async def list(self, prefix: str) -> list[str]:
+        return await self._counted(await self.inner.list(prefix))
+
+
+class ListingsAfter(CountedStore):
+    async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
+        if start_after is None:  # as a reader of the old protocol asks (run on old code too)
+            return await self._counted(await self.inner.list(prefix))
+        return await self._counted(await self.inner.list(prefix, start_after=start_after))
+
+
+async def memory_turn(chunks: int, _root: Path) -> ObjectStore:
+    store = MemoryStore()
+    await store.put(LIVE + "task.json", b'{"task_id":"t"}', content_type="application/json")
+    for n in range(chunks):
+        await store.put(LIVE + chunk_name(n), event_line(n), content_type="application/jsonl")
+    return store
+
+
+async def filesystem_turn(chunks: int, root: Path) -> ObjectStore:
+    folder = root.joinpath(*LIVE.strip("/").split("/"))
+    folder.mkdir(parents=True)
+    (folder / "task.json").write_bytes(b'{"task_id":"t"}')
+    for n in range(chunks):
+        (folder / chunk_name(n)).write_bytes(event_line(n))
+    return FilesystemStore(root)
+
+
+async def idle_poll_seconds(
+    store: CountedStore, chunks: int, polls: int, poll_interval: float
+) -> tuple[float, float]:
+    """CPU seconds of one idle poll, and keys listed per idle poll."""
+    result: list[float] = []
+    async with anyio.create_task_group() as tg:
+
+        async def read() -> None:
+            seen = 0
+            async for _ in read_live_trajectory(
+                store, PREFIX, TURN, poll_interval_seconds=poll_interval
+            ):
+                seen += 1
+            raise AssertionError(f"the reader ended after {seen} events")
+
+        async def measure() -> None:
+            while store.listings < 2:  # the first reads every chunk; the second is idle
+                store.polled = anyio.Event()
+                await store.polled.wait()
+            first, keys_before = store.listings, store.keys_listed
+            started = time.process_time()
+            while store.listings < first + polls:
+                store.polled = anyio.Event()
+                await store.polled.wait()
+            cpu = time.process_time() - started
+            done = store.listings - first
+            result.extend([cpu / done, (store.keys_listed - keys_before) / done])
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(read)
+        tg.start_soon(measure)
+    return result[0], result[1]
+
+
+async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    makers = {"memory": memory_turn, "filesystem": filesystem_turn}
+    for chunks in args.chunks:
+        for kind in args.stores:
+            with tempfile.TemporaryDirectory(dir=args.tmp) as root:
+                inner = await makers[kind](chunks, Path(root))
+                figures = {}
+                for mode, wrapper in (("whole", WholeListings), ("start_after", ListingsAfter)):
+                    store = wrapper(inner)
+                    figures[mode] = await idle_poll_seconds(
+                        store, chunks, args.polls, args.poll_interval
+                    )
+                rows.append(
+                    {
+                        "store": kind,
+                        "chunks": chunks,
+                        "whole_ms": figures["whole"][0] * 1e3,
+                        "whole_keys": figures["whole"][1],
+                        "start_after_ms": figures["start_after"][0] * 1e3,
+                        "start_after_keys": figures["start_after"][1],
+                    }
+                )
+                print_row(rows[-1])
+    return rows
+
+
+def print_row(row: dict[str, Any]) -> None:
+    ratio = row["whole_ms"] / row["start_after_ms"] if row["start_after_ms"] else float("inf")
+    print(
+        f"{row['store']:<11} {row['chunks']:>7} {row['whole_ms']:>12.3f} "
+        f"{row['whole_keys']:>8.0f} {row['start_after_ms']:>14.3f} "
+        f"{row['start_after_keys']:>8.0f} {ratio:>8.0f}x",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument(
+        "--chunks",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[10_000, 50_000],
+        help="comma-separated chunk counts (default: 10000,50000)",
+    )
+    parser.add_argument("--stores", default="memory,filesystem", type=lambda t: t.split(","))
+    parser.add_argument("--polls", type=int, default=20, help="idle polls measured (default 20)")
+    parser.add_argument("--poll-interval", type=float, default=0.001)
+    parser.add_argument("--backend", default="asyncio", choices=["asyncio", "trio"])
+    parser.add_argument("--tmp", default=None, help="where the filesystem turn is written")
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    args = parser.parse_args()
+    print(f"backend {args.backend}, pid {os.getpid()}; CPU ms per idle poll, keys it listed")
+    print(
+        f"{'store':<11} {'chunks':>7} {'whole ms':>12} {'keys':>8} "
+        f"{'start_after ms':>14} {'keys':>8} {'ratio':>9}"
+    )
+    rows = anyio.run(main_async, args, backend=args.backend)
+    if args.json is not None:
+        args.json.write_text(json.dumps({"backend": args.backend, "rows": rows}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
