@@ -20,8 +20,6 @@ Usage: ``python benchmarks/many_followers.py [--followers 500] [--seconds 10]
 from __future__ import annotations
 
 import argparse
-import builtins
-import contextlib
 import json
 import logging
 import math
@@ -31,22 +29,29 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import httpx
-
-from follower import (
-    ObjectExistsError,
-    ObjectNotFoundError,
-    PoolBusyError,
-    following_live_trajectory,
-    live_trajectory_endpoint,
+from _counting_store import CountingStore
+from _measure import (
+    LAG_SETTLE_SECONDS,
+    RESULT_MARK,
+    Heartbeat,
+    LogCounter,
+    PageLog,
+    Turn,
+    number,
+    open_sockets,
+    percentile,
+    process_cpu_seconds,
+    rss_kib,
+    text_table,
 )
+
+from follower import PoolBusyError, following_live_trajectory, live_trajectory_endpoint
 
 # Private, for a benchmark only: the pool's size is what is being measured.
 from follower._clients import ClientPool, client_pool
@@ -61,184 +66,6 @@ SHAPE_TITLES = {
 # "pool:K": the library's ClientPool with K followers per client instead of the default.
 _POOL_OF = re.compile(r"pool:([1-9][0-9]*)")
 PREFIX = "bench/"
-RESULT_MARK = "RESULT "
-HEARTBEAT_SECONDS = 0.01
-# Events visible this close to the window's end may still be waiting for their
-# read: lag is measured over events visible before end - (poll + this).
-LAG_SETTLE_SECONDS = 1.0
-_CHUNK = re.compile(r"([0-9]{8,})-([0-9]{8,})\.jsonl")
-
-
-# --- measuring ------------------------------------------------------------------------
-
-
-def rss_kib() -> int:
-    """This process's resident set size, from /proc (0 where there is none)."""
-    return _status_kib("/proc/self/status", "VmRSS")
-
-
-def _status_kib(path: str, name: str) -> int:
-    try:
-        with open(path) as status:
-            for line in status:
-                if line.startswith(name + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def open_sockets() -> int:
-    """How many sockets this process holds open."""
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return 0
-    count = 0
-    for name in names:
-        with contextlib.suppress(OSError):
-            count += os.readlink(f"/proc/self/fd/{name}").startswith("socket:")
-    return count
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of another process, from /proc (0 where there is none)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    # After the ")" that ends the command name, utime and stime are fields 12 and 13.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def percentile(sorted_values: list[float], q: float) -> float | None:
-    if not sorted_values:
-        return None
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
-
-
-class LogCounter(logging.Handler):
-    """Counts what the library logs: failed reads (WARNING and up) and full pools (DEBUG)."""
-
-    def __init__(self, pool_busy_type: type[BaseException]) -> None:
-        super().__init__(logging.DEBUG)
-        self._pool_busy_type = pool_busy_type
-        self.warnings = 0
-        self.pool_busy = 0
-        self.samples: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.levelno >= logging.WARNING:
-            self.warnings += 1
-            if len(self.samples) < 3:
-                self.samples.append(record.getMessage()[:200])
-        elif isinstance(record.args, tuple) and any(
-            isinstance(arg, self._pool_busy_type) for arg in record.args
-        ):
-            self.pool_busy += 1
-
-
-@dataclass
-class Heartbeat:
-    """The longest the event loop kept a 10 ms sleep waiting, per phase of the run."""
-
-    phase: str = "setup"
-    worst: dict[str, float] = field(default_factory=dict)
-
-    async def run(self) -> None:
-        while True:
-            asked = anyio.current_time()
-            await anyio.sleep(HEARTBEAT_SECONDS)
-            late = anyio.current_time() - asked - HEARTBEAT_SECONDS
-            if late > self.worst.get(self.phase, 0.0):
-                self.worst[self.phase] = late
-
-
-@dataclass
-class Turn:
-    """One follower's task: when the agent started it, and what has been stored of it."""
-
-    task_id: str
-    started_wall: float
-    stored_next: int = 0
-    first_page_wall: float | None = None
-
-
-@dataclass
-class LagWindow:
-    """Events visible between ``low`` and ``high`` (wall clock) have their lag recorded."""
-
-    low: float
-    high: float
-    lags: list[float] = field(default_factory=list)
-
-
-class CountingStore:
-    """An ObjectStore that keeps only what the benchmark measures: when each page landed.
-
-    Write-once like the library's stores, but bodies are dropped, so the store's
-    own memory does not grow with the run.
-    """
-
-    def __init__(self, turns: dict[str, Turn], interval_seconds: float, on_all_started: Any):
-        self._turns = turns
-        self._interval = interval_seconds
-        self._keys: set[str] = set()
-        self._on_all_started = on_all_started
-        self.started = 0
-        self.pages = 0
-        self.lag: LagWindow | None = None
-
-    async def put(self, key: str, body: bytes, *, content_type: str) -> None:
-        await anyio.lowlevel.checkpoint()
-        if key in self._keys:
-            raise ObjectExistsError(f"object {key!r} already exists")
-        self._keys.add(key)
-        _, turn_id, _, name = key.split("/")
-        chunk = _CHUNK.fullmatch(name)
-        if chunk is not None:
-            self._page_stored(self._turns[turn_id], int(chunk[1]), int(chunk[2]))
-
-    async def get(self, key: str) -> bytes:
-        raise ObjectNotFoundError(f"bodies are not kept: {key!r}")
-
-    async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
-        after = "" if start_after is None else start_after
-        return sorted(key for key in self._keys if key.startswith(prefix) and key > after)
-
-    def _page_stored(self, turn: Turn, after: int, next_: int) -> None:
-        now = time.time()
-        self.pages += 1
-        turn.stored_next = next_
-        if turn.first_page_wall is None:
-            turn.first_page_wall = now
-            self.started += 1
-            if self.started == len(self._turns):
-                self._on_all_started()
-        if self.lag is not None:
-            low, high = self._event_range(turn, self.lag)
-            for index in range(max(after, low), min(next_, high)):
-                self.lag.lags.append(now - (turn.started_wall + index * self._interval))
-
-    def _event_range(self, turn: Turn, lag: LagWindow) -> tuple[int, int]:
-        """The indexes of ``turn``'s events visible within the lag window: [low, high)."""
-        low = max(0, math.ceil((lag.low - turn.started_wall) / self._interval))
-        high = max(0, math.floor((lag.high - turn.started_wall) / self._interval) + 1)
-        return low, high
-
-    def close_lag_window(self) -> tuple[builtins.list[float], int]:
-        """Stop recording; events due in the window but not stored count as late as now."""
-        lag, self.lag = self.lag, None
-        assert lag is not None
-        now = time.time()
-        unstored = 0
-        for turn in self._turns.values():
-            low, high = self._event_range(turn, lag)
-            for index in range(max(turn.stored_next, low), high):
-                lag.lags.append(now - (turn.started_wall + index * self._interval))
-                unstored += 1
-        return sorted(lag.lags), unstored
 
 
 # --- one shape, in this process -------------------------------------------------------
@@ -326,11 +153,8 @@ async def create_tasks(url: str, count: int) -> tuple[str, list[Turn]]:
 
 async def run_shape(args: argparse.Namespace, shape: str) -> dict[str, Any]:
     """Run one client shape in this process; its figures as a dict."""
-    counter = LogCounter(PoolBusyError)
-    library_logger = logging.getLogger("follower")
-    library_logger.addHandler(counter)
-    library_logger.setLevel(logging.DEBUG)
-    library_logger.propagate = False
+    counter = LogCounter(_is_pool_busy)
+    counter.attach("follower", debug=True)
 
     n = args.followers
     # Tasks must outlive start-up and the window, or followers would stop reading.
@@ -356,7 +180,8 @@ async def run_shape(args: argparse.Namespace, shape: str) -> dict[str, Any]:
         try:
             endpoint, turn_list = await create_tasks(url, n)
             turns = {f"f{i:05d}": turn for i, turn in enumerate(turn_list)}
-            store = CountingStore(turns, args.event_interval, all_started.set)
+            log = PageLog(turns, all_started.set)
+            store = CountingStore(log)
             outer.start_soon(heartbeat.run)
             stop = anyio.Event()
             sized = _POOL_OF.fullmatch(shape)
@@ -409,7 +234,7 @@ async def run_shape(args: argparse.Namespace, shape: str) -> dict[str, Any]:
                 rss_after = rss_kib()
                 result.update(
                     startup_seconds=startup_seconds,
-                    started=store.started,
+                    started=log.started,
                     startup_cpu_seconds=time.process_time() - cpu_start,
                     rss_before_kib=rss_before,
                     rss_after_kib=rss_after,
@@ -423,14 +248,16 @@ async def run_shape(args: argparse.Namespace, shape: str) -> dict[str, Any]:
                 heartbeat.phase = "window"
                 window_start = time.time()
                 settle = min(args.poll + LAG_SETTLE_SECONDS, args.seconds / 2)
-                store.lag = LagWindow(window_start, window_start + args.seconds - settle)
-                pages_start, cpu_window = store.pages, time.process_time()
+                log.open_lag_window()
+                pages_start, cpu_window = log.pages, time.process_time()
                 agent_reads = agent.statistics().reads if agent is not None else 0
                 agent_cpu = process_cpu_seconds(agent_process.pid) if agent_process else 0.0
                 await anyio.sleep(args.seconds)
-                lags, unstored = store.close_lag_window()
+                lags, unstored = log.close_lag_window(
+                    window_start, window_start + args.seconds - settle, args.event_interval
+                )
                 elapsed = time.time() - window_start
-                reads = store.pages - pages_start
+                reads = log.pages - pages_start
                 cpu = time.process_time() - cpu_window
                 result.update(
                     window_seconds=elapsed,
@@ -467,6 +294,13 @@ async def run_shape(args: argparse.Namespace, shape: str) -> dict[str, Any]:
                 await stop_agent_process(agent_process)
         outer.cancel_scope.cancel()
     return result
+
+
+def _is_pool_busy(record: logging.LogRecord) -> bool:
+    """A DEBUG record of a read that found our own connection pool full."""
+    return isinstance(record.args, tuple) and any(
+        isinstance(arg, PoolBusyError) for arg in record.args
+    )
 
 
 def _client_count(shape: str, n: int, pool: ClientPool | None) -> int:
@@ -522,10 +356,6 @@ def run_child(args: argparse.Namespace, shape: str) -> dict[str, Any]:
     raise RuntimeError(f"shape {shape} exited {done.returncode} without a result")
 
 
-def _num(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
 def describe(result: dict[str, Any]) -> list[str]:
     """A few lines on one shape, for the log above the table."""
     blocked = result["loop_blocked"]
@@ -542,8 +372,8 @@ def describe(result: dict[str, Any]) -> list[str]:
         f"window {1000 * blocked.get('window', 0):.0f} ms, "
         f"shutdown {1000 * blocked.get('shutdown', 0):.0f} ms "
         f"(shutdown took {result['shutdown_seconds']:.2f} s)",
-        f"  lag over {result['lag_events']} events: p50 {_num(result['lag_p50'], '.2f')} s, "
-        f"p99 {_num(result['lag_p99'], '.2f')} s, max {_num(result['lag_max'], '.2f')} s; "
+        f"  lag over {result['lag_events']} events: p50 {number(result['lag_p50'], '.2f')} s, "
+        f"p99 {number(result['lag_p99'], '.2f')} s, max {number(result['lag_max'], '.2f')} s; "
         f"{result['lag_late']} later than poll + {LAG_SETTLE_SECONDS:.0f} s, "
         f"{result['unstored']} not stored by the end",
         f"  failed reads {result['failures']} ({result['startup_failures']} in start-up), "
@@ -583,24 +413,16 @@ def table(results: list[dict[str, Any]]) -> list[str]:
             (
                 shape_title(r["shape"]),
                 f"{r['reads_per_second']:.0f}",
-                _num(r["cpu_per_1000_reads"], ".2f"),
+                number(r["cpu_per_1000_reads"], ".2f"),
                 f"{r['rss_per_follower_kib']:.0f}",
                 startup,
                 f"{1000 * blocked:.0f}",
                 str(r["failures"]),
                 str(r["pool_busy"]),
-                f"{_num(r['lag_p50'], '.2f')}/{_num(r['lag_p99'], '.2f')}",
+                f"{number(r['lag_p50'], '.2f')}/{number(r['lag_p99'], '.2f')}",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    out = []
-    for number, row in enumerate(rows):
-        cells = [row[0].ljust(widths[0])]
-        cells += [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
-        out.append("  ".join(cells))
-        if number == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return out
+    return text_table(rows[0], rows[1:])
 
 
 def _parser() -> argparse.ArgumentParser:

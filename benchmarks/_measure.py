@@ -1,0 +1,269 @@
+"""What the many-follower benchmarks measure, shared by ``many_followers.py`` and ``scale.py``.
+
+Plain Python and anyio only: ``scale.py`` runs the old follower's side in a venv of
+its own, where ``follower`` is not installed, and that side measures with this too.
+Nothing here asserts: these are figures, and they belong to the machine they ran on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import platform
+import resource
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+HEARTBEAT_SECONDS = 0.01
+# Events visible this close to the window's end may still be waiting for their
+# read: lag is measured over events visible before end - (poll + this).
+LAG_SETTLE_SECONDS = 1.0
+RESULT_MARK = "RESULT "
+
+
+# --- the process ----------------------------------------------------------------------
+
+
+def rss_kib() -> int:
+    """This process's resident set size, from /proc (0 where there is none)."""
+    return _status_kib("/proc/self/status", "VmRSS")
+
+
+def _status_kib(path: str, name: str) -> int:
+    try:
+        with open(path) as status:
+            for line in status:
+                if line.startswith(name + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def open_sockets() -> int:
+    """How many sockets this process holds open."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return 0
+    count = 0
+    for name in names:
+        with contextlib.suppress(OSError):
+            count += os.readlink(f"/proc/self/fd/{name}").startswith("socket:")
+    return count
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of another process, from /proc (0 where there is none)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # After the ")" that ends the command name, utime and stime are fields 12 and 13.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's soft limit of open files to its hard limit: thousands of sockets."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    model = ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "load_average": os.getloadavg(),
+    }
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+# --- the event loop -------------------------------------------------------------------
+
+
+@dataclass
+class Heartbeat:
+    """The longest the event loop kept a 10 ms sleep waiting, per phase of the run."""
+
+    phase: str = "setup"
+    worst: dict[str, float] = field(default_factory=dict)
+
+    async def run(self) -> None:
+        while True:
+            asked = anyio.current_time()
+            await anyio.sleep(HEARTBEAT_SECONDS)
+            late = anyio.current_time() - asked - HEARTBEAT_SECONDS
+            if late > self.worst.get(self.phase, 0.0):
+                self.worst[self.phase] = late
+
+
+class LogCounter(logging.Handler):
+    """Counts what a follower logs: failed reads (WARNING and up) and, given a predicate,
+    the DEBUG records that say our own pool was full."""
+
+    def __init__(self, is_pool_busy: Callable[[logging.LogRecord], bool] | None = None) -> None:
+        super().__init__(logging.DEBUG)
+        self._is_pool_busy = is_pool_busy
+        self.warnings = 0
+        self.pool_busy = 0
+        self.samples: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.WARNING:
+            self.warnings += 1
+            if len(self.samples) < 3:
+                self.samples.append(record.getMessage()[:200])
+        elif self._is_pool_busy is not None and self._is_pool_busy(record):
+            self.pool_busy += 1
+
+    def attach(self, logger_name: str, *, debug: bool) -> None:
+        """Count this logger's records (and nothing else sees them)."""
+        target = logging.getLogger(logger_name)
+        target.addHandler(self)
+        target.setLevel(logging.DEBUG if debug else logging.WARNING)
+        target.propagate = False
+
+
+# --- pages stored, and how late ---------------------------------------------------------
+
+
+@dataclass
+class Turn:
+    """One follower's task: when its first event became visible, and what is stored of it."""
+
+    task_id: str
+    started_wall: float | None = None
+    stored_next: int = 0
+    first_page_wall: float | None = None
+
+
+class PageLog:
+    """When each page of each turn was stored: start-up, page counts and the lag window.
+
+    Fed by a store's ``put`` (from the event loop or, for the old follower, from its
+    worker threads: hence the lock). During the lag window it only appends what it
+    needs; the lags are worked out after the window, once every task's start is known.
+    """
+
+    def __init__(self, turns: dict[str, Turn], on_all_started: Callable[[], None]) -> None:
+        self.turns = turns
+        self._on_all_started = on_all_started
+        self._lock = threading.Lock()
+        self.started = 0
+        self.pages = 0
+        self._recording: list[tuple[Turn, int, int, float]] | None = None
+
+    def page_stored(self, turn_id: str, after: int, next_: int) -> None:
+        now = time.time()
+        turn = self.turns[turn_id]
+        with self._lock:
+            self.pages += 1
+            turn.stored_next = max(turn.stored_next, next_)
+            if self._recording is not None:
+                self._recording.append((turn, after, next_, now))
+            if turn.first_page_wall is not None:
+                return
+            turn.first_page_wall = now
+            self.started += 1
+            everyone = self.started == len(self.turns)
+        if everyone:
+            self._on_all_started()
+
+    def open_lag_window(self) -> None:
+        with self._lock:
+            self._recording = []
+
+    def close_lag_window(
+        self, low: float, high: float, event_interval: float
+    ) -> tuple[list[float], int]:
+        """The lags of the events visible in [low, high]; those not stored count as late as now.
+
+        Every turn's ``started_wall`` must be known by now.
+        """
+        now = time.time()
+        with self._lock:
+            recorded, self._recording = self._recording or [], None
+        lags: list[float] = []
+        for turn, after, next_, stored in recorded:
+            first, end = _visible_between(turn, low, high, event_interval)
+            start = _start(turn)
+            lags.extend(
+                stored - (start + index * event_interval)
+                for index in range(max(after, first), min(next_, end))
+            )
+        unstored = 0
+        for turn in self.turns.values():
+            first, end = _visible_between(turn, low, high, event_interval)
+            start = _start(turn)
+            for index in range(max(turn.stored_next, first), end):
+                lags.append(now - (start + index * event_interval))
+                unstored += 1
+        return sorted(lags), unstored
+
+
+def _start(turn: Turn) -> float:
+    if turn.started_wall is None:
+        raise RuntimeError(f"task {turn.task_id}: when its events began is not known")
+    return turn.started_wall
+
+
+def _visible_between(turn: Turn, low: float, high: float, interval: float) -> tuple[int, int]:
+    """The indexes of ``turn``'s events that became visible within [low, high]: [first, end)."""
+    start = _start(turn)
+    first = max(0, math.ceil((low - start) / interval))
+    end = max(0, math.floor((high - start) / interval) + 1)
+    return first, end
+
+
+# --- printing -------------------------------------------------------------------------
+
+
+def number(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Columns padded for a terminal: the first left-aligned, the rest right-aligned."""
+    everything = [list(header), *[list(row) for row in rows]]
+    widths = [max(len(row[i]) for row in everything) for i in range(len(header))]
+    out = []
+    for index, row in enumerate(everything):
+        cells = [row[0].ljust(widths[0])]
+        cells += [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
+        out.append("  ".join(cells).rstrip())
+        if index == 0:
+            out.append("  ".join("-" * width for width in widths))
+    return out
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """The same table as markdown, to paste into docs/benchmarks.md."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
