@@ -161,6 +161,24 @@ class Turn:
     started_wall: float | None = None
     stored_next: int = 0
     first_page_wall: float | None = None
+    last_page_wall: float | None = None
+
+
+@dataclass
+class Lags:
+    """How late a window's pages were, two ways, in seconds, sorted.
+
+    ``event``: when an event was stored minus when the agent made it visible; a poll
+    interval of 1 s puts this between 0 and 1 s by design. ``poll``: how much later
+    than its schedule each page came, the gap between two pages of one follower minus
+    the poll interval (the read's own time and every wait for the event loop); a
+    follower silent at the window's end counts as late as it is by then.
+    """
+
+    event: list[float]
+    poll: list[float]
+    unstored: int
+    """Events due in the window but not stored by its end (counted in ``event`` as late as then)."""
 
 
 class PageLog:
@@ -177,7 +195,7 @@ class PageLog:
         self._lock = threading.Lock()
         self.started = 0
         self.pages = 0
-        self._recording: list[tuple[Turn, int, int, float]] | None = None
+        self._recording: list[tuple[Turn, int, int, float, float | None]] | None = None
 
     def page_stored(self, turn_id: str, after: int, next_: int) -> None:
         now = time.time()
@@ -185,8 +203,9 @@ class PageLog:
         with self._lock:
             self.pages += 1
             turn.stored_next = max(turn.stored_next, next_)
+            previous, turn.last_page_wall = turn.last_page_wall, now
             if self._recording is not None:
-                self._recording.append((turn, after, next_, now))
+                self._recording.append((turn, after, next_, now, previous))
             if turn.first_page_wall is not None:
                 return
             turn.first_page_wall = now
@@ -200,42 +219,46 @@ class PageLog:
             self._recording = []
 
     def close_lag_window(
-        self, low: float, high: float, event_interval: float
-    ) -> tuple[list[float], int]:
-        """The lags of the events visible in [low, high]; those not stored count as late as now.
+        self, low: float, high: float, event_interval: float, poll_interval: float
+    ) -> Lags:
+        """The lags of the window's pages; event lag over the events visible in [low, high].
 
-        Every turn's ``started_wall`` must be known by now.
+        A turn whose ``started_wall`` is still unknown has no visible events.
         """
         now = time.time()
         with self._lock:
             recorded, self._recording = self._recording or [], None
-        lags: list[float] = []
-        for turn, after, next_, stored in recorded:
+        events: list[float] = []
+        polls: list[float] = []
+        for turn, after, next_, stored, previous in recorded:
+            if previous is not None:
+                polls.append(stored - previous - poll_interval)
+            if turn.started_wall is None:
+                continue
             first, end = _visible_between(turn, low, high, event_interval)
-            start = _start(turn)
-            lags.extend(
+            start = turn.started_wall
+            events.extend(
                 stored - (start + index * event_interval)
                 for index in range(max(after, first), min(next_, end))
             )
         unstored = 0
         for turn in self.turns.values():
+            if turn.last_page_wall is not None and now - turn.last_page_wall > poll_interval:
+                polls.append(now - turn.last_page_wall - poll_interval)
+            if turn.started_wall is None:
+                continue  # never read: none of its events became visible
             first, end = _visible_between(turn, low, high, event_interval)
-            start = _start(turn)
+            start = turn.started_wall
             for index in range(max(turn.stored_next, first), end):
-                lags.append(now - (start + index * event_interval))
+                events.append(now - (start + index * event_interval))
                 unstored += 1
-        return sorted(lags), unstored
-
-
-def _start(turn: Turn) -> float:
-    if turn.started_wall is None:
-        raise RuntimeError(f"task {turn.task_id}: when its events began is not known")
-    return turn.started_wall
+        return Lags(sorted(events), sorted(polls), unstored)
 
 
 def _visible_between(turn: Turn, low: float, high: float, interval: float) -> tuple[int, int]:
     """The indexes of ``turn``'s events that became visible within [low, high]: [first, end)."""
-    start = _start(turn)
+    assert turn.started_wall is not None
+    start = turn.started_wall
     first = max(0, math.ceil((low - start) / interval))
     end = max(0, math.floor((high - start) / interval) + 1)
     return first, end

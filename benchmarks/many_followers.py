@@ -253,9 +253,13 @@ async def run_shape(args: argparse.Namespace, shape: str) -> dict[str, Any]:
                 agent_reads = agent.statistics().reads if agent is not None else 0
                 agent_cpu = process_cpu_seconds(agent_process.pid) if agent_process else 0.0
                 await anyio.sleep(args.seconds)
-                lags, unstored = log.close_lag_window(
-                    window_start, window_start + args.seconds - settle, args.event_interval
+                measured = log.close_lag_window(
+                    window_start,
+                    window_start + args.seconds - settle,
+                    args.event_interval,
+                    args.poll,
                 )
+                lags, unstored = measured.event, measured.unstored
                 elapsed = time.time() - window_start
                 reads = log.pages - pages_start
                 cpu = time.process_time() - cpu_window

@@ -1,0 +1,458 @@
+"""Scale: N followers in one process, ours against the follower it replaces, in one run.
+
+For each N (default 100, 1,000, 2,000, 5,000) and each side, a fresh child
+process (``_scale_child.py``) runs N followers at a 1 s poll interval against a
+fresh lean agent (``lean_agent.py``) in another process, and measures:
+
+- reads/s (counted by the agent) and pages/s (stored), over the window;
+- CPU per read: the child's ``time.process_time()`` over the window, per read;
+- RSS per follower: ``VmRSS`` growth from before the followers start to the end
+  of start-up (and to the end of the window);
+- poll lag p50/p99: when a page was stored minus when the agent made each of
+  its events visible, over the events due in the window;
+- start-up: until every follower has stored its first page;
+- worst event-loop block: the worst lateness of a 10 ms sleep, during start-up
+  and during the window;
+
+each also as a ratio against the old follower at the same N, in the same run.
+The sides: ``old`` (agentenv-framework 0.9.1364's ``following_live_trajectory``,
+one ``httpx.AsyncClient`` per follower, asyncio, from the venv
+``tools/old-follower-venv`` makes), ``ours-asyncio`` and ``ours-trio`` (the
+library's ``following_live_trajectory`` with its default clients). Runs
+alternate between the sides (the order flips each N and each round), so the
+drift of a shared machine falls on all of them. Figures, never assertions.
+
+Usage: ``python benchmarks/scale.py [--followers 100,1000,2000,5000]
+[--seconds 20] [--rounds 1] [--sides old,ours-asyncio,ours-trio]
+[--old-python PATH] [--json PATH] [--markdown] [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _measure import RESULT_MARK, machine, markdown_table, number, text_table
+
+HERE = Path(__file__).resolve().parent
+SIDES = ("old", "ours-asyncio", "ours-trio")
+DEFAULT_OLD_PYTHON = HERE.parent / ".venvs" / "old-follower" / "bin" / "python"
+# What each figure is compared by: its key in a run's result, and its name.
+FIGURES = (
+    ("reads_per_second", "reads/s"),
+    ("cpu_per_read_us", "CPU per read"),
+    ("rss_per_follower_kib", "RSS per follower"),
+    ("lag_p50_ms", "poll lag p50"),
+    ("lag_p99_ms", "poll lag p99"),
+    ("startup_seconds", "start-up"),
+    ("loop_blocked_startup_ms", "loop block, start-up"),
+    ("loop_blocked_window_ms", "loop block, window"),
+)
+
+
+# --- one run --------------------------------------------------------------------------
+
+
+def start_lean_agent(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
+    command = [
+        sys.executable,
+        str(HERE / "lean_agent.py"),
+        "--interval",
+        str(args.event_interval),
+        "--event-bytes",
+        str(args.event_bytes),
+    ]
+    agent = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert agent.stdout is not None
+    line = agent.stdout.readline()
+    mark = "lean agent serving on "
+    if not line.startswith(mark):
+        agent.kill()
+        agent.wait()
+        raise RuntimeError(f"the lean agent said {line!r}")
+    return agent, line[len(mark) :].strip()
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def run_one(args: argparse.Namespace, side: str, n: int, run_id: str) -> dict[str, Any]:
+    """One side at one N, in a fresh child against a fresh lean agent."""
+    kind, _, backend = side.partition("-")
+    python = str(args.old_python) if kind == "old" else sys.executable
+    agent, url = start_lean_agent(args)
+    try:
+        command = [
+            python,
+            str(HERE / "_scale_child.py"),
+            "--side",
+            kind,
+            "--backend",
+            backend or "asyncio",
+            "--followers",
+            str(n),
+            "--seconds",
+            str(args.seconds),
+            "--poll",
+            str(args.poll),
+            "--startup-timeout",
+            str(args.startup_timeout),
+            "--event-interval",
+            str(args.event_interval),
+            "--endpoint",
+            url + "ext/trajectory",
+            "--agent-url",
+            url,
+            "--agent-pid",
+            str(agent.pid),
+            "--run-id",
+            run_id,
+        ]
+        bound = args.startup_timeout + args.seconds + 300
+        began = time.monotonic()
+        done = subprocess.run(
+            command, stdout=subprocess.PIPE, text=True, timeout=bound, check=False
+        )
+    finally:
+        stop(agent)
+    for line in done.stdout.splitlines():
+        if line.startswith(RESULT_MARK):
+            result = dict(json.loads(line[len(RESULT_MARK) :]))
+            result["side_name"] = side
+            result["run_seconds"] = time.monotonic() - began
+            blocked = result["loop_blocked_ms"]
+            result["loop_blocked_startup_ms"] = blocked.get("startup", 0.0)
+            result["loop_blocked_window_ms"] = blocked.get("window", 0.0)
+            return result
+    raise RuntimeError(f"{side} at N={n} exited {done.returncode} without a result")
+
+
+def describe(r: dict[str, Any]) -> str:
+    started = f"{r['started']}/{r['followers']} started in {r['startup_seconds']:.2f} s"
+    return (
+        f"  {r['side_name']:>12} N={r['followers']}: {started}; "
+        f"{r['reads_per_second']:.0f} reads/s, {number(r['cpu_per_read_us'], '.0f')} µs CPU/read "
+        f"(agent {number(r['agent_cpu_per_read_us'], '.0f')}), "
+        f"{r['rss_per_follower_kib']:.0f} KiB/follower, "
+        f"poll lag p99 {number(r['lag_p99_ms'], '.0f')} ms, "
+        f"block {r['loop_blocked_startup_ms']:.0f}/{r['loop_blocked_window_ms']:.0f} ms, "
+        f"{r['failures']} failed, {r['pool_busy']} pool busy ({r['run_seconds']:.0f} s)"
+    )
+
+
+# --- many runs: medians, ratios, targets ----------------------------------------------
+
+
+def median_of(runs: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (N, side): the medians over its rounds, and ratios against ``old``."""
+    rows = []
+    for n in sorted({r["followers"] for r in results}):
+        at_n = [r for r in results if r["followers"] == n]
+        old = [r for r in at_n if r["side_name"] == "old"]
+        for side in SIDES:
+            runs = [r for r in at_n if r["side_name"] == side]
+            if not runs:
+                continue
+            row: dict[str, Any] = {"followers": n, "side": side, "rounds": len(runs)}
+            extra = ("pages_per_second", "lag_max_ms", "event_lag_p50_ms", "event_lag_p99_ms")
+            for key in (*(key for key, _ in FIGURES), *extra):
+                row[key] = median_of(runs, key)
+            row["started"] = min(r["started"] for r in runs)
+            row["failures"] = max(r["failures"] for r in runs)
+            row["pool_busy"] = max(r["pool_busy"] for r in runs)
+            row["rss_per_follower_end_kib"] = median_of(runs, "rss_per_follower_end_kib")
+            row["agent_cpu_per_read_us"] = median_of(runs, "agent_cpu_per_read_us")
+            ratios: dict[str, float | None] = {}
+            for key, _ in FIGURES:
+                ours, theirs = row[key], median_of(old, key)
+                ratios[key] = ours / theirs if ours is not None and theirs else None
+            row["ratio_to_old"] = ratios if old and side != "old" else None
+            rows.append(row)
+    return rows
+
+
+def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 10's targets for this benchmark, each with what was measured and whether met."""
+
+    def row(n: int, side: str) -> dict[str, Any] | None:
+        return next((r for r in rows if r["followers"] == n and r["side"] == side), None)
+
+    out = []
+
+    def target(
+        id_: str, what: str, bound: str, measured: float | None, met: bool | None, unit: str
+    ) -> None:
+        shown = "not measured" if measured is None else f"{measured:.3g}{unit}"
+        out.append(
+            {
+                "id": id_,
+                "what": what,
+                "bound": bound,
+                "measured": measured,
+                "shown": shown,
+                "met": met,
+            }
+        )
+
+    for backend in ("asyncio", "trio"):
+        ours = row(1000, f"ours-{backend}")
+        ratio = (ours["ratio_to_old"] or {}).get("cpu_per_read_us") if ours else None
+        target(
+            f"scale.cpu_ratio_1000_{backend}",
+            f"CPU per read at N=1000, ours on {backend} / old on asyncio",
+            "<= 0.4x",
+            ratio,
+            None if ratio is None else ratio <= 0.4,
+            "x",
+        )
+    for backend in ("asyncio", "trio"):
+        ours = row(1000, f"ours-{backend}")
+        rss = ours["rss_per_follower_kib"] if ours else None
+        target(
+            f"scale.rss_1000_{backend}",
+            f"RSS per follower at N=1000, ours on {backend}",
+            "<= 30 KiB",
+            rss,
+            None if rss is None else rss <= 30,
+            " KiB",
+        )
+    for backend in ("asyncio", "trio"):
+        ours = row(5000, f"ours-{backend}")
+        lag = ours["lag_p99_ms"] if ours else None
+        complete = ours is not None and ours["started"] == 5000
+        target(
+            f"scale.lag_p99_5000_{backend}",
+            f"poll lag p99 with 5000 followers, ours on {backend}",
+            "< 250 ms",
+            lag,
+            None if lag is None else (lag < 250 and complete),
+            " ms",
+        )
+    for backend in ("asyncio", "trio"):
+        ours = row(5000, f"ours-{backend}")
+        block = ours["loop_blocked_startup_ms"] if ours else None
+        target(
+            f"scale.startup_block_5000_{backend}",
+            f"worst loop block while 5000 start, ours on {backend}",
+            "<= 50 ms",
+            block,
+            None if block is None else block <= 50,
+            " ms",
+        )
+    return out
+
+
+# --- printing -------------------------------------------------------------------------
+
+
+def figure_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    header = [
+        "N",
+        "side",
+        "reads/s",
+        "CPU µs/read",
+        "RSS KiB/follower",
+        "poll lag p50/p99 ms",
+        "event lag p99 ms",
+        "start-up s",
+        "loop block start-up/window ms",
+        "failed reads",
+        "pool busy",
+    ]
+    body = []
+    for r in rows:
+        startup = number(r["startup_seconds"], ".2f")
+        if r["started"] < r["followers"]:
+            startup = f">{startup} ({r['started']}/{r['followers']})"
+        body.append(
+            [
+                f"{r['followers']:,}",
+                r["side"],
+                number(r["reads_per_second"], ".0f"),
+                number(r["cpu_per_read_us"], ".0f"),
+                number(r["rss_per_follower_kib"], ".0f"),
+                f"{number(r['lag_p50_ms'], '.1f')}/{number(r['lag_p99_ms'], '.1f')}",
+                number(r["event_lag_p99_ms"], ".0f"),
+                startup,
+                f"{number(r['loop_blocked_startup_ms'], '.0f')}/"
+                f"{number(r['loop_blocked_window_ms'], '.0f')}",
+                str(r["failures"]),
+                str(r["pool_busy"]),
+            ]
+        )
+    return header, body
+
+
+def ratio_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    header = ["N", "side", *(name for _, name in FIGURES)]
+    body = [
+        [
+            f"{r['followers']:,}",
+            r["side"],
+            *(number(r["ratio_to_old"][key], ".2f") for key, _ in FIGURES),
+        ]
+        for r in rows
+        if r["ratio_to_old"] is not None
+    ]
+    return header, body
+
+
+def target_table(found: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    header = ["target", "bound", "measured", "met"]
+    body = [[t["what"], t["bound"], t["shown"], met_word(t["met"])] for t in found]
+    return header, body
+
+
+def met_word(met: bool | None) -> str:
+    return "not measured" if met is None else ("yes" if met else "NO")
+
+
+def print_tables(
+    tables: list[tuple[str, tuple[list[str], list[list[str]]]]], *, markdown: bool
+) -> None:
+    for title, (header, body) in tables:
+        print(f"\n{title}\n")
+        render = markdown_table if markdown else text_table
+        for line in render(header, body):
+            print(line)
+
+
+# --- main -----------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="N followers in one process, ours against the old follower, each in a "
+        "fresh child process against a lean agent in another. Prints figures; asserts nothing."
+    )
+    parser.add_argument("--followers", default="100,1000,2000,5000", help="comma-separated Ns")
+    parser.add_argument("--sides", default=",".join(SIDES), help=f"of {','.join(SIDES)}")
+    parser.add_argument("--seconds", type=float, default=20.0, help="window (default: 20)")
+    parser.add_argument("--rounds", type=int, default=1, help="runs per N and side (default 1)")
+    parser.add_argument("--poll", type=float, default=1.0, help="poll interval (default: 1)")
+    parser.add_argument(
+        "--event-interval", type=float, default=0.1, help="seconds between a task's events"
+    )
+    parser.add_argument("--event-bytes", type=int, default=64, help="padding bytes per event")
+    parser.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=300.0,
+        help="longest wait for every follower's first page; the window starts then anyway "
+        "(default: 300, for the old follower at 5,000)",
+    )
+    parser.add_argument(
+        "--old-python",
+        type=Path,
+        default=Path(os.environ.get("BENCH_OLD_PYTHON", DEFAULT_OLD_PYTHON)),
+        help="the python of the old follower's venv (tools/old-follower-venv makes it)",
+    )
+    parser.add_argument("--json", metavar="PATH", help="write every run and the summary here")
+    parser.add_argument("--markdown", action="store_true", help="print the tables as markdown")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: N=20, 3 s windows (seconds, not minutes)"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.quick:  # a smoke run, unless told otherwise
+        if args.followers == _parser().get_default("followers"):
+            args.followers = "20"
+        args.seconds, args.startup_timeout = min(args.seconds, 3.0), min(args.startup_timeout, 30.0)
+    ns = [int(n.replace(",", "").replace("_", "")) for n in args.followers.split(",") if n]
+    sides = [s.strip() for s in args.sides.split(",") if s.strip()]
+    unknown = [s for s in sides if s not in SIDES]
+    if unknown:
+        print(f"unknown sides: {', '.join(unknown)}; of {', '.join(SIDES)}", file=sys.stderr)
+        return 2
+    skipped = []
+    if "old" in sides and not args.old_python.exists():
+        sides.remove("old")
+        skipped.append(f"old (no {args.old_python}: run tools/old-follower-venv)")
+    about = machine()
+    print(
+        f"scale: N = {', '.join(f'{n:,}' for n in ns)}; sides {', '.join(sides)}; "
+        f"{args.seconds:g} s window, poll {args.poll:g} s, one event every "
+        f"{args.event_interval:g} s per task; {args.rounds} round(s); the lean agent "
+        f"(benchmarks/lean_agent.py) in another process; Python {about['python']}, "
+        f"{about['cpus']} CPUs, load {about['load_average'][0]:.2f}",
+        flush=True,
+    )
+    for what in skipped:
+        print(f"  not run: {what}", flush=True)
+    results = []
+    flip = False
+    for n in ns:
+        for round_ in range(args.rounds):
+            for side in reversed(sides) if flip else sides:
+                run_id = f"n{n}r{round_}{side}{os.getpid()}"
+                result = run_one(args, side, n, run_id)
+                results.append(result)
+                print(describe(result), flush=True)
+            flip = not flip
+    rows = summarize(results)
+    found = targets(rows)
+    print_tables(
+        [
+            ("Figures (medians over rounds; the lean agent for every figure)", figure_table(rows)),
+            (
+                "Ratios: ours / old, same N, same run (lower is better, but for reads/s)",
+                ratio_table(rows),
+            ),
+            ("Targets (issue 10)", target_table(found)),
+        ],
+        markdown=args.markdown,
+    )
+    if args.json:
+        document = {
+            "benchmark": "scale",
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            "machine": about,
+            "config": {
+                "followers": ns,
+                "sides": sides,
+                "not_run": skipped,
+                "seconds": args.seconds,
+                "rounds": args.rounds,
+                "poll": args.poll,
+                "event_interval": args.event_interval,
+                "event_bytes": args.event_bytes,
+                "agent": "lean (benchmarks/lean_agent.py), another process",
+            },
+            "runs": results,
+            "summary": rows,
+            "targets": found,
+        }
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(
+            "w", dir=Path(args.json).parent, delete=False, suffix=".tmp"
+        ) as out:
+            json.dump(document, out, indent=1)
+        os.replace(out.name, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
