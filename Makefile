@@ -1,5 +1,5 @@
 # Each target does its own set-up: virtual environments live in .venvs/<X.Y>.
-.PHONY: test lint demo stress bench clean
+.PHONY: test lint demo stress bench bench-shapes clean
 
 test:  ## lint, types, and the suite on Python 3.11, 3.12 and 3.13, asyncio and trio
 	@tools/test
@@ -10,7 +10,11 @@ demo:  ## the main job: a 3-turn step against the reference agent, stored under 
 stress:  ## the property tests with ten times more examples, new ones each run
 	@HYPOTHESIS_PROFILE=stress tools/test tests/properties
 
-bench:  ## many followers in one process, client shapes compared (BENCH_ARGS="--agent-process")
+bench:  ## every benchmark against the old follower, JSON into benchmarks/results/, a summary of the targets (BENCH_QUICK=1: a smoke run)
+	@py=$$(tools/venv 3.11 testing,trio) && old=$$(tools/old-follower-venv) && \
+		$$py benchmarks/run_all.py --old-python "$$old"
+
+bench-shapes:  ## many followers in one process, client shapes compared (BENCH_ARGS="--agent-process")
 	@py=$$(tools/venv $${BENCH_PYTHON:-3.11} testing,trio) && $$py benchmarks/many_followers.py $(BENCH_ARGS)
 
 lint:  ## ruff (with ASYNC rules) and mypy --strict
