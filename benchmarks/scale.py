@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from _measure import RESULT_MARK, machine, markdown_table, number, text_table
+from _profile import py_spy, where_time_goes
 
 HERE = Path(__file__).resolve().parent
 SIDES = ("old", "ours-asyncio", "ours-trio")
@@ -123,6 +124,16 @@ def run_one(args: argparse.Namespace, side: str, n: int, run_id: str) -> dict[st
             "--run-id",
             run_id,
         ]
+        profile = None
+        if args.profile is not None and kind == "ours":
+            # py-spy samples the whole child: start-up, the window and shutdown.
+            args.profile.mkdir(parents=True, exist_ok=True)
+            profile = args.profile / f"{side}-{n}.txt"
+            spy = py_spy()
+            if spy is None:
+                raise RuntimeError("--profile needs py-spy (pip install py-spy)")
+            record = [spy, "record", "--format", "raw", "--rate", "200", "--nonblocking"]
+            command = [*record, "--output", str(profile), "--", *command]
         bound = args.startup_timeout + args.seconds + 300
         began = time.monotonic()
         done = subprocess.run(
@@ -138,6 +149,9 @@ def run_one(args: argparse.Namespace, side: str, n: int, run_id: str) -> dict[st
             blocked = result["loop_blocked_ms"]
             result["loop_blocked_startup_ms"] = blocked.get("startup", 0.0)
             result["loop_blocked_window_ms"] = blocked.get("window", 0.0)
+            if profile is not None:
+                result["profile"] = str(profile)
+                result["profile_summary"] = where_time_goes(profile)
             return result
     raise RuntimeError(f"{side} at N={n} exited {done.returncode} without a result")
 
@@ -337,6 +351,59 @@ def print_tables(
             print(line)
 
 
+def print_all(rows: list[dict[str, Any]], found: list[dict[str, Any]], *, markdown: bool) -> None:
+    print_tables(
+        [
+            ("Figures (medians over rounds; the lean agent for every figure)", figure_table(rows)),
+            (
+                "Ratios: ours / old, same N, same run (lower is better, but for reads/s)",
+                ratio_table(rows),
+            ),
+            ("Targets (issue 10)", target_table(found)),
+        ],
+        markdown=markdown,
+    )
+
+
+def write_json(
+    args: argparse.Namespace,
+    about: dict[str, Any],
+    ns: list[int],
+    sides: list[str],
+    skipped: list[str],
+    results: list[dict[str, Any]],
+) -> None:
+    """Every run so far, their summary and the targets, replaced whole (a run cut short keeps
+    what it measured)."""
+    rows = summarize(results)
+    found = targets(rows)
+    document = {
+        "benchmark": "scale",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "machine": about,
+        "config": {
+            "followers": ns,
+            "sides": sides,
+            "not_run": skipped,
+            "seconds": args.seconds,
+            "rounds": args.rounds,
+            "poll": args.poll,
+            "event_interval": args.event_interval,
+            "event_bytes": args.event_bytes,
+            "agent": "lean (benchmarks/lean_agent.py), another process",
+        },
+        "runs": results,
+        "summary": rows,
+        "targets": found,
+    }
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(
+        "w", dir=Path(args.json).parent, delete=False, suffix=".tmp"
+    ) as out:
+        json.dump(document, out, indent=1)
+    os.replace(out.name, args.json)
+
+
 # --- main -----------------------------------------------------------------------------
 
 
@@ -370,6 +437,20 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", metavar="PATH", help="write every run and the summary here")
     parser.add_argument("--markdown", action="store_true", help="print the tables as markdown")
     parser.add_argument(
+        "--from-json",
+        type=Path,
+        metavar="PATH",
+        help="run nothing: print the tables of a run written with --json (with --markdown, "
+        "to paste into docs/benchmarks.md)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="run our sides under py-spy (raw stacks into DIR) and say where their CPU goes; "
+        "the sampling costs CPU, so take figures from a run without it",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="a smoke run: N=20, 3 s windows (seconds, not minutes)"
     )
     return parser
@@ -377,6 +458,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.from_json is not None:
+        document = json.loads(args.from_json.read_text())
+        about = document["machine"]
+        print(
+            f"scale, the run of {document['date']}: {about['cpus']} CPUs ({about['cpu_model']}), "
+            f"Python {about['python']}, {about['platform']}, "
+            f"load {about['load_average'][0]:.2f} at the start"
+        )
+        print_all(document["summary"], document["targets"], markdown=args.markdown)
+        return 0
     if args.quick:  # a smoke run, unless told otherwise
         if args.followers == _parser().get_default("followers"):
             args.followers = "20"
@@ -411,46 +502,14 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_one(args, side, n, run_id)
                 results.append(result)
                 print(describe(result), flush=True)
+                if args.json:
+                    write_json(args, about, ns, sides, skipped, results)
+                for line in result.get("profile_summary", []):
+                    print("    " + line, flush=True)
             flip = not flip
     rows = summarize(results)
     found = targets(rows)
-    print_tables(
-        [
-            ("Figures (medians over rounds; the lean agent for every figure)", figure_table(rows)),
-            (
-                "Ratios: ours / old, same N, same run (lower is better, but for reads/s)",
-                ratio_table(rows),
-            ),
-            ("Targets (issue 10)", target_table(found)),
-        ],
-        markdown=args.markdown,
-    )
-    if args.json:
-        document = {
-            "benchmark": "scale",
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-            "machine": about,
-            "config": {
-                "followers": ns,
-                "sides": sides,
-                "not_run": skipped,
-                "seconds": args.seconds,
-                "rounds": args.rounds,
-                "poll": args.poll,
-                "event_interval": args.event_interval,
-                "event_bytes": args.event_bytes,
-                "agent": "lean (benchmarks/lean_agent.py), another process",
-            },
-            "runs": results,
-            "summary": rows,
-            "targets": found,
-        }
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(
-            "w", dir=Path(args.json).parent, delete=False, suffix=".tmp"
-        ) as out:
-            json.dump(document, out, indent=1)
-        os.replace(out.name, args.json)
+    print_all(rows, found, markdown=args.markdown)
     return 0
 
 
