@@ -15,8 +15,6 @@ import sys
 from pathlib import Path
 
 _FRAME = re.compile(r"(?P<name>.*) \((?P<path>[^()]*?)(?::(?P<line>[0-9]+))?\)$")
-_SITE = re.compile(r"/site-packages/(?P<package>[A-Za-z0-9_]+)")
-_STDLIB = re.compile(r"/lib/python3\.[0-9]+/(?P<module>[A-Za-z0-9_]+)")
 
 
 def py_spy() -> str | None:
@@ -26,18 +24,18 @@ def py_spy() -> str | None:
 
 
 def package_of(path: str) -> str:
-    """A frame's file, named by what owns it: the library's module, a package, the stdlib."""
-    if "/follower/" in path and "/site-packages/" not in path:
-        return "follower." + Path(path).stem
-    if "/benchmarks/" in path:
-        return "benchmark"
-    site = _SITE.search(path)
-    if site is not None:
-        return site["package"]
-    stdlib = _STDLIB.search(path)
-    if stdlib is not None:
-        return "stdlib " + stdlib["module"].removesuffix(".py")
-    return path or "?"
+    """A frame's file, named by what owns it: the library's module, else its package.
+
+    py-spy names files relative to their ``sys.path`` entry (``httpx/_models.py``,
+    ``asyncio/events.py``, ``contextlib.py``), so the first part is the package.
+    """
+    path = path.replace("\\", "/").split("site-packages/")[-1]
+    parts = Path(path).parts
+    if not parts:
+        return "?"
+    if parts[0] == "follower" and len(parts) > 1:
+        return "follower." + Path(parts[-1]).stem
+    return Path(parts[0]).stem
 
 
 def where_time_goes(raw: Path, *, top: int = 12) -> list[str]:
