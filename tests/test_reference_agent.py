@@ -835,3 +835,46 @@ async def test_loopback_gone_closes_every_later_connection() -> None:
                 with pytest.raises(httpx.TransportError):
                     await fresh.get(url + ".well-known/agent-card.json")
             tg.cancel_scope.cancel()
+
+
+@REAL_TIME
+async def test_request_log_says_when_each_request_came_and_how_it_was_answered() -> None:
+    agent = ReferenceAgent(script=TaskScript(events=3, interval_seconds=0.0), log_requests=True)
+    with anyio.fail_after(10):
+        async with httpx.AsyncClient() as client, anyio.create_task_group() as tg:
+            url = await tg.start(serve_agent, agent)
+            endpoint = url + "ext/trajectory"
+            task = await send_message(client, url)
+            await read_page(client, endpoint, task["id"], 0)
+            agent.fault = Fault.unavailable()
+            with pytest.raises(AgentUnavailableError):
+                await read_page(client, endpoint, task["id"], 0)
+            agent.fault = Fault.close()
+            with pytest.raises(AgentUnavailableError):
+                await read_page(client, endpoint, task["id"], 0)
+            agent.fault = Fault.silent()
+            before_silent = anyio.current_time()
+            tg.start_soon(lambda: client.post(endpoint, json={"task_id": task["id"], "after": 0}))
+            await agent.wait_requests(5)
+            log = agent.request_log()
+            tg.cancel_scope.cancel()
+    assert [(r.path, r.status) for r in log] == [
+        ("/", 200),
+        ("/ext/trajectory", 200),
+        ("/ext/trajectory", 503),
+        (None, None),  # dropped: whatever it carried never reached the agent
+        ("/ext/trajectory", None),  # silent: never answered
+    ]
+    times = [r.at for r in log]
+    assert times == sorted(times)
+    assert times[-1] >= before_silent
+
+
+async def test_request_log_is_kept_only_when_asked_for() -> None:
+    agent = ReferenceAgent()
+    async with agent.client() as client:
+        await send_message(client)
+    with pytest.raises(ValueError, match="log_requests"):
+        agent.request_log()
+    with pytest.raises(ValueError, match="log_requests"):
+        await agent.wait_requests(1)

@@ -10,6 +10,7 @@ hypercorn). A :class:`Fault` makes it misbehave the ways real agents do;
 """
 
 from .._public import name_as_public as _name_as_public
+from ._agent import AgentRequest as AgentRequest
 from ._agent import AgentStatistics as AgentStatistics
 from ._agent import ReferenceAgent as ReferenceAgent
 from ._fault_text import FAULT_NAMES as FAULT_NAMES
@@ -21,6 +22,7 @@ from ._serve import serve_agent as serve_agent
 
 __all__ = [
     "FAULT_NAMES",
+    "AgentRequest",
     "AgentStatistics",
     "Fault",
     "FaultKind",

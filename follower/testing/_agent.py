@@ -59,7 +59,7 @@ from ._tasks import ScriptedTask
 from ._transport import InProcessTransport
 
 if TYPE_CHECKING:
-    from ._asgi import Receive, Scope, Send
+    from ._asgi import Message, Receive, Scope, Send
     from ._faults import Fault
 
 CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
@@ -80,6 +80,28 @@ class AgentStatistics:
     """Requests answered by closing the connection (``close`` and ``gone``)."""
     canceled_tasks: int
     """Tasks canceled by ``tasks/cancel``."""
+
+
+@attrs.frozen
+class AgentRequest:
+    """One request as the agent saw it: when it arrived, where to, and its answer."""
+
+    at: float
+    """``anyio.current_time()`` when it reached the agent, or its connection was dropped."""
+    path: str | None
+    """Its path; ``None`` for a connection dropped before its request was read."""
+    status: int | None
+    """The status answered; ``None`` until then, and for one never answered."""
+
+
+@attrs.define(eq=False)
+class _Arrival:
+    at: float
+    path: str | None
+    status: int | None = None
+
+    def frozen(self) -> AgentRequest:
+        return AgentRequest(self.at, self.path, self.status)
 
 
 @attrs.define(eq=False)
@@ -115,6 +137,8 @@ class ReferenceAgent:
     max_bytes_per_read: int = attrs.field(
         default=MAX_BYTES_PER_READ, validator=attrs.validators.ge(1)
     )
+    log_requests: bool = False
+    """Keep :meth:`request_log` (off by default: it grows with every request)."""
     _tasks: dict[str, ScriptedTask] = attrs.field(factory=dict, init=False)
     _fault_state: _FaultState = attrs.field(factory=_FaultState, init=False)
     _reads: int = attrs.field(default=0, init=False)
@@ -122,6 +146,8 @@ class ReferenceAgent:
     _dropped: int = attrs.field(default=0, init=False)
     _canceled: int = attrs.field(default=0, init=False)
     _read_seen: anyio.Event | None = attrs.field(default=None, init=False)
+    _arrivals: list[_Arrival] = attrs.field(factory=list, init=False)
+    _arrival_seen: anyio.Event | None = attrs.field(default=None, init=False)
 
     # --- the test's controls ------------------------------------------------------
 
@@ -153,6 +179,37 @@ class ReferenceAgent:
             if self._read_seen is None:
                 self._read_seen = anyio.Event()
             await self._read_seen.wait()
+
+    def request_log(self) -> tuple[AgentRequest, ...]:
+        """Every request that reached the agent so far, in order; needs ``log_requests``.
+
+        Connections dropped by a fault (``close``, ``gone``) count as requests with
+        no path: whatever was sent on them never reached the agent.
+        """
+        self._check_logging()
+        return tuple(arrival.frozen() for arrival in self._arrivals)
+
+    async def wait_requests(self, count: int) -> None:
+        """Return once ``count`` requests in all are in :meth:`request_log`."""
+        self._check_logging()
+        while len(self._arrivals) < count:
+            if self._arrival_seen is None:
+                self._arrival_seen = anyio.Event()
+            await self._arrival_seen.wait()
+
+    def _check_logging(self) -> None:
+        if not self.log_requests:
+            raise ValueError("the request log needs ReferenceAgent(log_requests=True)")
+
+    def _note_arrival(self, path: str | None) -> _Arrival | None:
+        if not self.log_requests:
+            return None
+        arrival = _Arrival(anyio.current_time(), path)
+        self._arrivals.append(arrival)
+        if self._arrival_seen is not None:
+            self._arrival_seen.set()
+            self._arrival_seen = None
+        return arrival
 
     def card(self, base_url: str) -> dict[str, Any]:
         """The agent card, as served at ``base_url``."""
@@ -203,6 +260,12 @@ class ReferenceAgent:
         every yes counts in :attr:`AgentStatistics.dropped_connections`. Tests
         have no need of it.
         """
+        if not self._drops():
+            return False
+        self._note_arrival(None)
+        return True
+
+    def _drops(self) -> bool:
         if not self._connections_fail_now():
             return False
         self._dropped += 1
@@ -234,11 +297,14 @@ class ReferenceAgent:
         path: str = scope["path"]
         method: str = scope["method"]
         body = await read_body(receive)
+        arrival = self._note_arrival(path)
+        if arrival is not None:
+            send = _noting_status(send, arrival)
         if path == TRAJECTORY_PATH:
             self._note_read()
         elif path == RPC_PATH and method == "POST":
             self._rpc_calls += 1
-        if self.drops_connection():
+        if self._drops():
             # Reached only through a carrier that does not play the fault (another
             # server, a bare ASGITransport): fail the exchange as best we can.
             raise httpx.RemoteProtocolError("the reference agent dropped the connection")
@@ -368,3 +434,12 @@ class ReferenceAgent:
         if task is None:
             raise RpcError(TASK_NOT_FOUND)
         return task
+
+
+def _noting_status(send: Send, arrival: _Arrival) -> Send:
+    async def send_noting_status(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            arrival.status = message["status"]
+        await send(message)
+
+    return send_noting_status
