@@ -1,4 +1,4 @@
-"""The ``follower`` command line: demo, agent, follow, tail.
+"""The ``follower`` command line: demo, agent, follow, tail, validate.
 
 Every command runs on the backend chosen with ``--backend``; errors a user can
 act on end with one line on stderr and an exit code of their own. This module
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._a2a import cancel_task_quietly, connect_agent, follow_a2a_task
-from ._cli_parser import build_parser
+from ._cli_parser import BOUND_BROKEN, build_parser
 from ._cli_store import S3Location, s3_store
 from ._errors import (
     AgentUnavailableError,
@@ -50,6 +50,7 @@ EXIT_NO_LIVE_TRAJECTORY = 4
 EXIT_UNKNOWN_TASK = 5
 EXIT_BAD_STORE = 6
 EXIT_TURN_EXISTS = 7
+EXIT_BOUND_BROKEN = BOUND_BROKEN  # validate: a follower outlived its step, or a bound broke
 EXIT_INTERRUPTED = 130
 # After the step, how long the tail of its own store may take to reach the end mark.
 PRINT_DRAIN_SECONDS = 5.0
@@ -80,9 +81,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
-    command: Callable[[argparse.Namespace], Awaitable[int]] = _COMMANDS[args.command]
     try:
-        return anyio.run(command, args, backend=args.backend)
+        if args.command == "validate":  # each backend in an event loop of its own
+            from ._validate_table import validate_command
+
+            return EXIT_OK if validate_command(args) else EXIT_BOUND_BROKEN
+        command: Callable[[argparse.Namespace], Awaitable[int]] = _COMMANDS[args.command]
+        return anyio.run(command, args, backend=args.backend or "asyncio")
     except BaseException as exc:
         if _interrupted(exc):
             print("follower: interrupted", file=sys.stderr)

@@ -16,12 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="follower",
         description="Follow an A2A agent's live trajectory and store it as it is read.",
     )
-    parser.add_argument(
-        "--backend",
-        choices=["asyncio", "trio"],
-        default="asyncio",
-        help="the async backend to run on (default: asyncio)",
-    )
+    _backend(parser, default=None)
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the follower does")
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
 
@@ -127,7 +122,73 @@ def build_parser() -> argparse.ArgumentParser:
         help="give up after this many seconds without a new object",
     )
     tail.set_defaults(command="tail")
+    _validate(commands)
     return parser
+
+
+# `follower validate`'s exit code when a bound broke: named here, where its help says
+# it, and returned by follower._cli, which lists it with the other codes.
+BOUND_BROKEN = 8
+
+
+def _validate(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    validate = commands.add_parser(
+        "validate",
+        help="check on loopback that no follower outlives its step (the operators' table)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Run a step against the reference agent on a loopback socket for every step
+outcome (cancelled, raises, returns) x agent x backend, and print a row for
+each: did the step end, how long after the body ended its block exited, the
+reads the agent saw after the body ended and after the block exited, the reads
+the agent failed, and the turn's end.json.
+
+The agents: close (closes every connection), silent (accepts, never answers),
+5xx (answers 503), healthy. Each answers the step's first 2 reads, then turns
+bad; the body ends once the follower has met the fault, so that it is waiting
+to retry (or inside a read that will time out) when the step stops.
+
+The bounds (from the design): cancelled or raises: no read after the body
+ended, and a prompt exit; returns: an exit within the drain, and at most 1 read
+after the body ended from an agent that went bad (the read that ends
+following); always: no read reaching the agent after the block exited (watched
+for a grace window) and no follower task left running; end.json written,
+canceled / failed / completed.""",
+        epilog=f"""\
+exit status: 0 every cell kept its bounds; {BOUND_BROKEN} a follower outlived its step or a
+bound broke (the row says 'BROKEN' and which); 2 usage (also --backend trio
+without trio; without --backend, a missing trio is said and asyncio runs).""",
+    )
+    _backend(validate, default=argparse.SUPPRESS, both=True)
+    validate.add_argument(
+        "--quick",
+        action="store_true",
+        help="short intervals (poll 0.05 s, read timeout 0.25 s, drain 0.5 s): about 10 s, "
+        "for make test (default: poll 0.1 s, read timeout 1 s, drain 2 s: under a minute)",
+    )
+    validate.add_argument(
+        "--repeats",
+        type=_at_least_one,
+        default=1,
+        help="runs of each cell; rows then give the median / max (default: 1)",
+    )
+    validate.add_argument(
+        "--json",
+        metavar="PATH",
+        default=None,
+        help="also write the table as JSON to PATH ('-': stdout, the table going to stderr)",
+    )
+    validate.set_defaults(command="validate")
+
+
+def _backend(command: argparse.ArgumentParser, *, default: str | None, both: bool = False) -> None:
+    which = "both, asyncio then trio" if both else "asyncio; validate: both"
+    command.add_argument(
+        "--backend",
+        choices=["asyncio", "trio"],
+        default=default,
+        help=f"the async backend to run on (default: {which})",
+    )
 
 
 def _endpoint_url(command: argparse.ArgumentParser) -> None:
@@ -149,4 +210,11 @@ def _positive(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a count of 1 or more")
     return value
