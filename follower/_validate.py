@@ -38,6 +38,8 @@ from .testing import Fault, ReferenceAgent, TaskScript, serve_agent
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
+    import httpx
+
     from ._stores import ObjectStore
     from ._turns import LiveTurn
     from .testing import AgentRequest
@@ -157,11 +159,13 @@ async def measure_cell(
     timings: Timings,
     *,
     turn_id: str = "turn-1",
+    a2a_client: httpx.AsyncClient | None = None,
     open_turn: OpenTurn = following_live_trajectory,
 ) -> CellRun:
     """Run ``cell``'s step once against its own agent on loopback; measure it.
 
-    ``open_turn`` is for tests: a broken block there must show in ``problems``.
+    ``a2a_client`` sends the step's message (by default a client is leased for
+    it). ``open_turn`` is for tests: a broken block there must show in ``problems``.
     """
     agent = ReferenceAgent(
         # Runs far longer than any cell: the follower never reads its last page.
@@ -171,7 +175,7 @@ async def measure_cell(
     async with anyio.create_task_group() as tg:
         with anyio.fail_after(timings.setup_seconds):
             url = await tg.start(serve_agent, agent)
-            async with connect_agent(url) as a2a:
+            async with connect_agent(url, client=a2a_client) as a2a:
                 task = await a2a.send_message("validate")
                 endpoint = a2a.trajectory_endpoint
         assert endpoint is not None  # the reference agent offers it

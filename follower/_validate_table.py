@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import anyio
 import attrs
 
+from ._clients import leased_client
 from ._errors import UsageError
 from ._step import following_live_trajectory
 from ._validate import AGENTS, BACKENDS, FULL, OUTCOMES, QUICK, Cell, CellRun, measure_cell
@@ -108,16 +109,22 @@ async def _run_cells(
     on_row: Callable[[CellSummary], None] | None,
 ) -> list[CellSummary]:
     rows = []
-    for cell in cells:
-        runs = []
-        for repeat in range(repeats):
-            # A turn id of its own: a follower left over from another run is not this one's.
-            turn_id = f"{cell.outcome}-{cell.agent}-{repeat + 1}"
-            runs.append(await measure_cell(cell, timings, turn_id=turn_id, open_turn=open_turn))
-        row = CellSummary(cell, tuple(runs))
-        rows.append(row)
-        if on_row is not None:
-            on_row(row)
+    # One client for the steps' messages, as a worker keeps its pool from step to step
+    # (making one costs tens of milliseconds, more than most cells' teardown).
+    async with leased_client(None) as a2a_client:
+        for cell in cells:
+            runs = []
+            for repeat in range(repeats):
+                # A turn id of its own: a follower left from another run is not this one's.
+                turn_id = f"{cell.outcome}-{cell.agent}-{repeat + 1}"
+                run = await measure_cell(
+                    cell, timings, turn_id=turn_id, a2a_client=a2a_client, open_turn=open_turn
+                )
+                runs.append(run)
+            row = CellSummary(cell, tuple(runs))
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
     return rows
 
 
