@@ -207,22 +207,24 @@ def describe(timings: Timings, repeats: int) -> str:
         "follower validate: each step follows a task of the reference agent on loopback. "
         f"The agent answers {timings.healthy_reads} reads, then turns bad (close: closes every "
         "connection; silent: never answers; 5xx: answers 503; healthy: stays healthy), and "
-        "the body ends once the follower met it. "
+        "the body ends once the follower has met the fault. "
         f"Poll {timings.poll_interval_seconds:g} s, read timeout "
         f"{timings.read_timeout_seconds:g} s, drain {timings.drain_seconds:g} s; reads after "
-        f"the exit watched for {timings.grace_seconds:g} s; {runs} a cell."
+        f"the exit watched for {timings.grace_seconds:g} s; {runs} a cell. Exit ms: from the "
+        "body's end to the block's exit; after stop, after exit: the follower's reads the agent "
+        "saw after the body ended, after the block exited; failed: those it failed."
     )
 
 
 _COLUMNS = (
-    ("backend", 8),
-    ("step", 10),
-    ("agent", 8),
-    ("ended", 6),
-    ("exit ms", 15),
-    ("reads after stop", 17),
-    ("after exit", 11),
-    ("failed reads", 13),
+    ("backend", 7),
+    ("step", 9),
+    ("agent", 7),
+    ("ended", 5),
+    ("exit ms", 13),
+    ("after stop", 10),
+    ("after exit", 10),
+    ("failed", 6),
     ("end.json", 21),
     ("bounds", 6),
 )
