@@ -15,7 +15,7 @@ import statistics
 import sys
 import textwrap
 import time
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
@@ -166,6 +166,7 @@ def validate(
             "validate serves the reference agent, which needs hypercorn: "
             "pip install 'follower[testing]'"
         )
+    _check_writable(json_path)
     timings = QUICK if quick else FULL
     backends, not_run = backends_to_run(backend)
     # With the JSON on stdout, the table goes to stderr.
@@ -306,6 +307,16 @@ def _write_json(report: dict[str, Any], path: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    stream: TextIO
     with open(path, "w", encoding="utf-8") as stream:
         stream.write(text)
+
+
+def _check_writable(path: str | None) -> None:
+    """Refuse a JSON path that cannot be written before the table runs, not after."""
+    if path is None or path == "-":
+        return
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--json {path}: cannot write it: {exc.strerror}") from None

@@ -88,6 +88,14 @@ def test_repeats_must_be_a_count(tmp_path: Path) -> None:
     assert "--repeats: 0 is not a count of 1 or more" in result.stderr
 
 
+def test_a_json_path_that_cannot_be_written_is_refused_before_running(tmp_path: Path) -> None:
+    result = run_cli(["validate", "--json", str(tmp_path / "missing" / "t.json")], tmp_path)
+    assert result.returncode == EXIT_USAGE
+    assert result.stdout == ""  # not one cell ran
+    assert result.stderr.startswith("follower: error: --json ")
+    assert "cannot write it" in result.stderr
+
+
 def test_without_trio_asyncio_runs_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     real = follower._validate_table.importlib.util.find_spec
     monkeypatch.setattr(
