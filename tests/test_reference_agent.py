@@ -9,6 +9,7 @@ hypercorn on real sockets, on real time, under both backends.
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -878,3 +879,12 @@ async def test_request_log_is_kept_only_when_asked_for() -> None:
         agent.request_log()
     with pytest.raises(ValueError, match="log_requests"):
         await agent.wait_requests(1)
+
+
+def test_the_served_agent_answers_without_waiting_for_delayed_acks() -> None:
+    # Accepted connections inherit the listening socket's TCP_NODELAY (Linux, macOS).
+    from follower.testing._serve import upstream_socket
+
+    upstream = upstream_socket()
+    with upstream:
+        assert upstream.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
