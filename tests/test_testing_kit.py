@@ -11,6 +11,7 @@ import follower.testing
 from follower.testing import FAULT_NAMES, Fault, FaultKind, parse_fault
 
 KIT_NAMES = {
+    "AgentRequest",
     "AgentStatistics",
     "FAULT_NAMES",
     "Fault",
