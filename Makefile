@@ -1,5 +1,5 @@
 # Each target does its own set-up: virtual environments live in .venvs/<X.Y>.
-.PHONY: test lint demo stress bench bench-shapes clean
+.PHONY: test lint docs demo stress bench bench-shapes clean
 
 test:  ## lint, types, and the suite on Python 3.11, 3.12 and 3.13, asyncio and trio
 	@tools/test
@@ -17,8 +17,11 @@ bench:  ## every benchmark against the old follower, JSON into benchmarks/result
 bench-shapes:  ## many followers in one process, client shapes compared (BENCH_ARGS="--agent-process")
 	@py=$$(tools/venv $${BENCH_PYTHON:-3.11} testing,trio) && $$py benchmarks/many_followers.py $(BENCH_ARGS)
 
+docs:  ## the documentation site, built strictly into site/ (open site/index.html; tools/docs serve)
+	@tools/docs
+
 lint:  ## ruff (with ASYNC rules) and mypy --strict
 	@tools/lint
 
 clean:
-	rm -rf .venvs .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf site .venvs .pytest_cache .mypy_cache .ruff_cache .hypothesis
