@@ -89,8 +89,9 @@ class LiveTurns:
 
     "Previous" is the last turn that followed a task: when a turn calls
     ``follow()``, the previous one's ``next.json`` is written to name it. As
-    ``async with LiveTurns(...) as turns:``, the exit marks the last turn and
-    releases the client the turns share, whatever ended the step.
+    ``async with LiveTurns(...) as turns:``, the exit marks the last turn,
+    whatever ended the step. It holds no client: each turn's follower leases
+    its own lane and gives it back as it ends.
 
     ``resume=True`` continues turns the store already holds (a retried step);
     :meth:`hand_off` leaves every turn for the next attempt instead of ending it.
