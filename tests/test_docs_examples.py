@@ -11,6 +11,7 @@ both backends.
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import re
 import subprocess
@@ -123,6 +124,27 @@ def test_an_included_file_is_run_by_the_test_its_marker_names(block: Block) -> N
     assert block.argument, f"{block.name}: name the test that runs the included file"
     test_file = ROOT / block.argument
     assert any(Path(path).name in test_file.read_text(encoding="utf-8") for path in included)
+
+
+API_PAGES = {
+    "follower": "docs/api/follower.md",
+    "follower.testing": "docs/api/testing.md",
+    "follower.s3": "docs/api/s3.md",
+    "follower.temporal": "docs/api/temporal.md",
+}
+
+
+@pytest.mark.parametrize("package", sorted(API_PAGES))
+def test_every_exported_name_has_an_api_reference_entry(package: str) -> None:
+    exported = importlib.import_module(package).__all__
+    entries = set(re.findall(r"^::: (\S+)$", (ROOT / API_PAGES[package]).read_text(), re.M))
+    # A name may be documented where it is defined, in a module of the package.
+    missing = [
+        name
+        for name in exported
+        if not any(e.startswith(f"{package}.") and e.endswith(f".{name}") for e in entries)
+    ]
+    assert not missing, f"{API_PAGES[package]} has no entry for {missing}"
 
 
 def test_the_readme_names_no_command_the_cli_rejects() -> None:
