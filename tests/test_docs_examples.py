@@ -14,6 +14,7 @@ import ast
 import importlib
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -148,8 +149,27 @@ def test_every_exported_name_has_an_api_reference_entry(package: str) -> None:
 
 
 def test_the_readme_names_no_command_the_cli_rejects() -> None:
+    from follower._cli_parser import build_parser
+
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert not re.search(r"follower \w+ [^\n]*--backend", readme)  # a global option, first
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```$", readme, re.M | re.S)
+    lines = [
+        line.split("#")[0].strip()
+        for language, block in blocks
+        if language == "sh"
+        for line in block.splitlines()
+    ]
+    commands = [
+        shlex.split(line)[1:]
+        for line in lines
+        if line.startswith("follower ") and "[" not in line  # "[--opt X]" is a synopsis
+    ]
+    assert len(commands) >= 5, commands
+    for argv in commands:
+        try:
+            build_parser().parse_args(argv)
+        except SystemExit:
+            pytest.fail(f"the README's `follower {shlex.join(argv)}` is rejected by the CLI")
 
 
 # --- programs, in a subprocess --------------------------------------------------------
