@@ -196,14 +196,12 @@ async def run_ours(args: argparse.Namespace, turns: dict[str, Turn]) -> dict[str
             await anyio.sleep_forever()
 
     def window_counts() -> dict[str, int] | None:
-        # THE ONE PLACE TO SWITCH to the library's own figures: once LiveTurn.statistics()
-        # lands (issue 10, item 4), the window's reads, failed reads, pool waits, pages,
-        # events and bytes come from it, summed over the turns, beside the figures taken
-        # from the outside (the agent's count of reads, the store's pages, the log).
-        # Until then LiveTurn has no statistics() and the outside figures are all there is.
-        if not live or not hasattr(live[0], "statistics"):
+        # The window's reads, failed reads, pool waits, pages, events and bytes from the
+        # library's own figures (LiveTurn.statistics()), summed over the turns, beside the
+        # figures taken from the outside (the agent's count of reads, the store's pages).
+        if not live:
             return None
-        snapshots = [turn.statistics() for turn in live]  # type: ignore[attr-defined]
+        snapshots = [turn.statistics() for turn in live]
         names = ("reads", "failed_reads", "pool_waits", "pages_stored", "events_stored")
         counts = {name: sum(getattr(s, name) for s in snapshots) for name in names}
         counts["bytes_stored"] = sum(s.bytes_stored for s in snapshots)
