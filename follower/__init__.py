@@ -13,6 +13,7 @@ from ._errors import AgentCardError as AgentCardError
 from ._errors import AgentError as AgentError
 from ._errors import AgentRefusedError as AgentRefusedError
 from ._errors import AgentUnavailableError as AgentUnavailableError
+from ._errors import ClientClosedError as ClientClosedError
 from ._errors import CorruptObjectError as CorruptObjectError
 from ._errors import CursorMismatchError as CursorMismatchError
 from ._errors import FollowerError as FollowerError
@@ -67,6 +68,7 @@ __all__ = [
     "AgentError",
     "AgentRefusedError",
     "AgentUnavailableError",
+    "ClientClosedError",
     "CorruptObjectError",
     "CursorMismatchError",
     "FilesystemStore",

@@ -6,7 +6,7 @@
     ├── AgentError                   the agent (or a proxy before it) misbehaved
     │   ├── TaskNotFoundError        404: the agent does not know the task
     │   ├── AgentRefusedError        another 4xx: the agent refused our read
-    │   ├── AgentUnavailableError    5xx, transport error or read timeout
+    │   ├── AgentUnavailableError    5xx, 408, 429, transport error or read timeout
     │   ├── AgentCardError           no agent card, or not a JSON object
     │   ├── A2AProtocolError         a JSON-RPC error, or an answer that is not one
     │   ├── TaskTimeoutError         a task did not end within the turn's deadline
@@ -31,6 +31,7 @@
     │   ├── InvalidArgumentError     an option out of its range (a negative interval...)
     │   ├── InvalidKeyError          a key or prefix breaks the key rules
     │   ├── TurnStateError           follow() twice, or after the block ended
+    │   ├── ClientClosedError        the caller's httpx client was closed while a follower read
     │   └── TurnExistsError          the turn is stored already, and resume was not asked
     │       └── TurnConflictError        resume was asked, but it is another task's turn
     └── ReaderIdleError              a reader saw no new object for too long
@@ -69,10 +70,24 @@ class AgentRefusedError(AgentError):
 
 
 class AgentUnavailableError(AgentError):
-    """The agent could not be read now: 5xx, transport error or timeout.
+    """The agent could not be read now: 5xx, 408, 429, transport error or timeout.
 
-    These are the only agent errors worth retrying.
+    These are the only agent errors worth retrying. ``status_code`` is the
+    answer's HTTP status (None for a transport error or a timeout), and
+    ``retry_after_seconds`` what its ``Retry-After`` asked for, if it named a
+    valid delay or date (a follower waits at least that long, within its cap).
     """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        retry_after_seconds: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.retry_after_seconds = retry_after_seconds
 
 
 class AgentCardError(AgentError):
@@ -197,6 +212,21 @@ class InvalidKeyError(UsageError, ValueError):
 
 class TurnStateError(UsageError, RuntimeError):
     """``follow()`` was called twice in one turn, or after the turn's block ended."""
+
+
+class ClientClosedError(UsageError, RuntimeError):
+    """The caller's ``httpx.AsyncClient`` was closed while a follower still read through it.
+
+    No read through it can succeed, so following ends; in a turn it is logged,
+    never raised into the step. Close a client you pass as ``client=`` only
+    after the blocks that use it have exited. ``url`` is the read's URL and
+    ``task_id`` the task it followed.
+    """
+
+    def __init__(self, message: str, *, url: str, task_id: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+        self.task_id = task_id
 
 
 class TurnExistsError(UsageError):

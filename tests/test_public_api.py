@@ -58,6 +58,7 @@ DESIGN_NAMES = {
     "StoreUnavailableError",
     "UsageError",
     "TurnStateError",
+    "ClientClosedError",
     "TurnExistsError",
     "TurnConflictError",
     "ReaderIdleError",
