@@ -28,12 +28,13 @@ from ._errors import (
     AgentCardError,
     AgentRefusedError,
     AgentUnavailableError,
+    ClientClosedError,
     FollowerError,
     PoolBusyError,
     TaskNotFoundError,
     TaskTimeoutError,
 )
-from ._exchange import exchange
+from ._exchange import RETRY_LATER_STATUSES, exchange, retry_after_seconds
 from ._options import DEFAULT_READ_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from ._step import LiveTurns
     from ._turns import LiveTurn
 
-logger = logging.getLogger("follower")
+logger = logging.getLogger("follower.a2a")
 
 AGENT_CARD_PATH = "/.well-known/agent-card.json"
 # Task states after which the turn is over: terminal, or waiting on the user.
@@ -139,36 +140,69 @@ class A2AAgent:
         """
         interval = poll_interval_seconds
         failures = 0
+        failing_since: float | None = None  # one warning a run of failures, and a summary
+        extra = {"task_id": task_id, "turn_id": None}
         with anyio.move_on_after(deadline_seconds):
             while True:
+                wait = interval
                 try:
                     task = await self.get_task(task_id)
                 except (AgentUnavailableError, PoolBusyError) as exc:
                     failures += isinstance(exc, AgentUnavailableError)
                     if max_failures is not None and failures >= max_failures:
                         raise
-                    logger.warning("tasks/get for %s failed, retrying: %s", task_id, exc)
+                    if failing_since is None:
+                        failing_since = anyio.current_time()
+                        logger.warning(
+                            "tasks/get for %s failed, retrying: %s", task_id, exc, extra=extra
+                        )
+                    else:
+                        logger.debug("tasks/get for %s failed again: %s", task_id, exc, extra=extra)
+                    asked = getattr(exc, "retry_after_seconds", None)
+                    if asked is not None:
+                        wait = min(max(interval, asked), max(max_interval_seconds, interval))
                 else:
+                    if failing_since is not None:
+                        logger.warning(
+                            "tasks/get for %s recovered after %d failed calls in %.1f s",
+                            task_id,
+                            failures,
+                            anyio.current_time() - failing_since,
+                            extra=extra,
+                        )
+                        failing_since = None
                     failures = 0
                     if task.turn_ended:
                         return task
-                await anyio.sleep(interval)
+                await anyio.sleep(wait)
                 interval = min(interval * 1.5, max_interval_seconds)
         raise TaskTimeoutError(f"task {task_id} did not end within {deadline_seconds} s")
 
     async def _call(self, method: str, params: Mapping[str, Any]) -> Any:
         request = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method, "params": params}
-        status, body = await exchange(
-            self._client,
-            "POST",
-            self.url,
-            request,
-            timeout_seconds=self._timeout_seconds,
-            max_body_bytes=_MAX_RPC_BYTES,
-            what=method,
-        )
-        if status >= 500:
-            raise AgentUnavailableError(f"{method} at {self.url} answered {status}")
+        try:
+            status, body = await exchange(
+                self._client,
+                "POST",
+                self.url,
+                request,
+                timeout_seconds=self._timeout_seconds,
+                max_body_bytes=_MAX_RPC_BYTES,
+                what=method,
+            )
+        except RuntimeError as exc:
+            # httpx refuses to send on a closed client with a bare RuntimeError.
+            if self._client.is_closed:
+                raise ClientClosedError(
+                    f"{method} at {self.url}: the client was closed", url=self.url
+                ) from exc
+            raise
+        if status >= 500 or status in RETRY_LATER_STATUSES:
+            raise AgentUnavailableError(
+                f"{method} at {self.url} answered {status}",
+                status_code=status,
+                retry_after_seconds=retry_after_seconds(getattr(body, "retry_after", None)),
+            )
         if status != 200:
             raise AgentRefusedError(f"{method} at {self.url} answered {status}", status_code=status)
         answer = _json_object(body, A2AProtocolError, f"{method}'s answer")

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from ._stores import ObjectStore
     from ._wire import TrajectoryBatch, TrajectoryState
 
-logger = logging.getLogger("follower")
+logger = logging.getLogger("follower.chunks")
 
 
 class LiveTrajectoryChunks:
@@ -50,6 +50,8 @@ class LiveTrajectoryChunks:
         self.chunks_stored = 0
         self.events_stored = 0
         self.bytes_stored = 0
+        self._log_extra = {"task_id": task_id, "turn_id": turn_id}
+        self._format_warned = False
 
     @property
     def prefix(self) -> str:
@@ -113,13 +115,16 @@ class LiveTrajectoryChunks:
         if self.format is None:
             await self._put(self._keys.meta, MetaMark(fmt).encode(), JSON)
             self.format = fmt
-        elif fmt != self.format:
+        elif fmt != self.format and not self._format_warned:
+            # Once a turn: an agent that changed its format names it on every page after.
+            self._format_warned = True
             logger.warning(
-                "turn %s: a page names format %r, but %r is stored; keeping %r",
+                "turn %s: a page names format %.100r, but %.100r is stored; keeping it "
+                "(later pages that differ are not logged)",
                 self.turn_id,
                 fmt,
                 self.format,
-                self.format,
+                extra=self._log_extra,
             )
 
     async def _put(self, key: str, body: bytes, content_type: str) -> None:

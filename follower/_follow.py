@@ -1,14 +1,21 @@
 """Following one task's live trajectory: the read loop (docs/protocol.md, "Following one task").
 
 Before ``stop`` an agent that fails to answer may be busy, so a failed read is
-retried with backoff. After ``stop`` the turn has ended, so an agent that fails
-to answer is gone: the read raises :class:`FollowingEnded`, and this module, its
-only owner, returns.
+retried with jittered backoff. After ``stop`` the turn has ended, so an agent
+that fails to answer is gone: the read raises :class:`FollowingEnded`, and this
+module, its only owner, returns.
+
+Logs never grow with the reads: an agent that starts failing is one warning, its
+recovery (or the end of following) one summary; each failed read in between is
+a debug line. Records carry ``task_id`` and ``turn_id`` as ``extra`` fields, and
+no line holds a header or a body (docs/security.md).
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import random
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -19,6 +26,7 @@ import attrs
 from ._clients import leased_client
 from ._errors import (
     AgentUnavailableError,
+    ClientClosedError,
     FollowerError,
     FollowingEnded,
     InvalidArgumentError,
@@ -33,18 +41,61 @@ if TYPE_CHECKING:
 
     from ._wire import Page, TrajectoryBatch, TrajectoryState
 
-logger = logging.getLogger("follower")
+logger = logging.getLogger("follower.follow")
 
 Sink = Callable[["TrajectoryBatch"], Awaitable[None]]
 
 BACKOFF_STEP_SECONDS = 5.0
 BACKOFF_CAP_SECONDS = 60.0
 AFTER_STOP_PAUSE_SECONDS = 0.2
+# An agent may register a task's trajectory a moment after message/send answered:
+# until a follower has read a page, a 404 within this long of its first read is
+# "not yet", read again after the poll interval (at most NOT_FOUND_RETRY_SECONDS).
+NOT_FOUND_GRACE_SECONDS = 10.0
+NOT_FOUND_RETRY_SECONDS = 1.0
+
+# One source for every follower of the process: their draws differ, so followers
+# that failed together do not retry together. Tests seed or pin it.
+_jitter = random.Random()
 
 
-def retry_delay(poll_interval_seconds: float, failures: int) -> float:
-    """How long to wait before the read after ``failures`` failed reads in a row."""
-    return min(poll_interval_seconds + BACKOFF_STEP_SECONDS * failures, BACKOFF_CAP_SECONDS)
+def backoff_fraction() -> float:
+    """A uniform draw in [0, 1): where in its range one backoff falls."""
+    return _jitter.random()
+
+
+def retry_delay(
+    poll_interval_seconds: float,
+    failures: int,
+    fraction: float = 1.0,
+    retry_after_seconds: float | None = None,
+) -> float:
+    """How long to wait before the read after ``failures`` failed reads in a row.
+
+    Full jitter over the backoff's growth: ``fraction`` (a draw in [0, 1]) places
+    the wait between its floor, the poll interval (or the agent's
+    ``Retry-After``, if longer), and its ceiling, the floor + 5 s x failures;
+    both are capped at 60 s. A fraction of 1 is the ceiling, the backoff
+    without jitter.
+    """
+    floor = min(max(poll_interval_seconds, retry_after_seconds or 0.0), BACKOFF_CAP_SECONDS)
+    ceiling = min(floor + BACKOFF_STEP_SECONDS * failures, BACKOFF_CAP_SECONDS)
+    return floor + fraction * (ceiling - floor)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A failed read in a few words, safe to log: no header, no body.
+
+    A status error's message quotes the first line of the agent's error body,
+    so it is named by its status; a transport error by its httpx class.
+    """
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        return f"HTTP {status}"
+    cause = exc.__cause__
+    if cause is not None and type(cause).__module__.startswith("httpx"):
+        return type(cause).__name__
+    return type(exc).__name__
 
 
 @attrs.frozen
@@ -124,19 +175,24 @@ async def follow_trajectory(
     after: int = 0,
     read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+    max_follow_seconds: float | None = None,
 ) -> FollowOutcome:
     """Read ``task_id``'s trajectory from cursor ``after`` and hand each page to ``sink``.
 
-    Returns after the last page, on a 404, or when a read fails after ``stop`` is
-    set, saying how far it got. Raises :class:`~follower.AgentRefusedError` (other
-    4xx), :class:`~follower.MalformedPageError`, or whatever ``sink`` raises. It
-    never ends by itself while the task runs and the agent answers: bound it with
-    a cancel scope, or use :func:`following_live_trajectory`, which does.
+    Returns after the last page, on a 404 (past the grace for a task registered
+    late), when a read fails after ``stop`` is set, or after ``max_follow_seconds``
+    (if given), saying how far it got. Raises :class:`~follower.AgentRefusedError`
+    (other 4xx), :class:`~follower.MalformedPageError`,
+    :class:`~follower.ClientClosedError`, or whatever ``sink`` raises. Without
+    ``max_follow_seconds`` it never ends by itself while the task runs and the
+    agent answers: bound it with a cancel scope, or use
+    :func:`following_live_trajectory`, which does.
     """
     options = FollowOptions(
         poll_interval_seconds=poll_interval_seconds,
         read_timeout_seconds=read_timeout_seconds,
         max_page_bytes=max_page_bytes,
+        max_follow_seconds=max_follow_seconds,
         client=client,
     )
     return await follow_task(endpoint, task_id, sink, stop=stop, options=options, after=after)
@@ -151,8 +207,12 @@ async def follow_task(
     options: FollowOptions,
     after: int = 0,
     progress: FollowProgress | None = None,
+    turn_id: str | None = None,
 ) -> FollowOutcome:
-    """:func:`follow_trajectory` with its options built; ``progress`` is kept up to date."""
+    """:func:`follow_trajectory` with its options built; ``progress`` is kept up to date.
+
+    ``turn_id`` names the turn in the log records' ``extra`` fields.
+    """
     if not isinstance(task_id, str) or not task_id:
         raise InvalidArgumentError(f"task_id must be a non-empty string, not {task_id!r}")
     after = count("after", after)
@@ -166,19 +226,44 @@ async def follow_task(
         options=options,
         stop=stop,
         progress=progress,
+        turn_id=turn_id,
     )
     progress.running, progress.stopped_at = True, None
+    bound = options.max_follow_seconds
+    ending = "it ended"
     try:
         # The follower's own lane: with no client given, a slot of the loop's pool
         # that no other follower reads through at the same time.
         async with leased_client(options.client) as leased:
-            try:
-                await follower.run(leased, after)
-            except FollowingEnded as ended:
-                logger.info("stopped following task %s: %s", task_id, ended.__cause__)
+            with anyio.move_on_after(math.inf if bound is None else bound) as bounded:
+                try:
+                    await follower.run(leased, after)
+                except FollowingEnded as ended:
+                    ending = "a read failed after stop"
+                    logger.info(
+                        "stopped following task %s: the read after stop failed (%s)",
+                        task_id,
+                        failure_reason(ended.__cause__ or ended),
+                        extra=follower.extra,
+                    )
+            if bounded.cancelled_caught:
+                ending = f"it ran for max_follow_seconds={bound}"
+                logger.warning(
+                    "stopped following task %s: it ran for max_follow_seconds=%s",
+                    task_id,
+                    bound,
+                    extra=follower.extra,
+                )
+    except Exception:
+        ending = "an error ended it"
+        raise
+    except BaseException:
+        ending = "it was cancelled"
+        raise
     finally:
         progress.running = False
         progress.stopped_at = anyio.current_time()
+        follower.failing.close(ending)
     return progress.outcome()
 
 
@@ -192,6 +277,7 @@ class _Follower:
         options: FollowOptions,
         stop: anyio.Event,
         progress: FollowProgress,
+        turn_id: str | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.task_id = task_id
@@ -200,37 +286,47 @@ class _Follower:
         self.poll = options.poll_interval_seconds
         self.stop = stop
         self.progress = progress
+        self.extra: dict[str, object] = {"task_id": task_id, "turn_id": turn_id}
+        self.failing = _FailingReads(self)
+        self._first_read_at: float | None = None
+        self._read_a_page = False
+        self._not_found = 0
 
     async def run(self, client: httpx.AsyncClient, after: int) -> None:
         cursor = after
-        failures = 0
         while True:
             try:
                 page = await self._read(client, cursor)
-            except TaskNotFoundError as exc:
-                logger.warning(
-                    "task %s is unknown to the agent; not following it: %s", self.task_id, exc
-                )
+            except TaskNotFoundError:
+                if self._may_be_registered_late():
+                    self._not_found += 1
+                    logger.debug("task %s is not known yet; reading again", self.task_id)
+                    await self._wait_or_stop(min(self.poll, NOT_FOUND_RETRY_SECONDS))
+                    continue
+                self._log_unknown()
                 return
             except AgentUnavailableError as exc:
-                failures += 1
-                delay = retry_delay(self.poll, failures)
-                logger.warning(
-                    "read %d of task %s failed, retrying in %.1f s: %s",
-                    failures,
-                    self.task_id,
-                    delay,
-                    exc,
+                delay = retry_delay(
+                    self.poll, self.failing.in_a_row, backoff_fraction(), exc.retry_after_seconds
                 )
+                self.failing.retrying(exc, delay)
                 await self._wait_or_stop(delay)
                 continue
             except PoolBusyError as exc:
                 # Our own pool is full: not the agent's failure, so no backoff and no sentinel.
                 self.progress.pool_waits += 1
-                logger.debug("%s; reading task %s again", exc, self.task_id)
+                logger.debug("%s; reading task %s again", exc, self.task_id, extra=self.extra)
                 await self._pause()
                 continue
-            failures = 0
+            self.failing.recovered()
+            if not self._read_a_page and self._not_found:
+                logger.debug(
+                    "task %s is known after %d reads answered 404",
+                    self.task_id,
+                    self._not_found,
+                    extra=self.extra,
+                )
+            self._read_a_page = True
             self.progress.state = page.state
             if page.events or page.last:
                 await self.sink(page.to_batch())
@@ -243,8 +339,36 @@ class _Follower:
             else:
                 await self._pause()
 
+    def _may_be_registered_late(self) -> bool:
+        """Whether a 404 may still mean "not yet": no page read, not stopped, in the grace."""
+        if self._read_a_page or self.stop.is_set() or self._first_read_at is None:
+            return False
+        return anyio.current_time() - self._first_read_at < NOT_FOUND_GRACE_SECONDS
+
+    def _log_unknown(self) -> None:
+        if self._not_found and self._first_read_at is not None:
+            logger.warning(
+                "task %s is unknown to the agent at %s after %d reads in %.1f s; not following it",
+                self.task_id,
+                self.endpoint,
+                self._not_found + 1,
+                anyio.current_time() - self._first_read_at,
+                extra=self.extra,
+            )
+        else:
+            logger.warning(
+                "task %s is unknown to the agent at %s (HTTP 404); not following it",
+                self.task_id,
+                self.endpoint,
+                extra=self.extra,
+            )
+
     async def _read(self, client: httpx.AsyncClient, cursor: int) -> Page:
         """One cursor read; after stop, a failed read ends following (the sentinel's seam)."""
+        if client.is_closed:
+            raise self._client_closed()
+        if self._first_read_at is None:
+            self._first_read_at = anyio.current_time()
         try:
             page = await read_page(
                 client,
@@ -256,16 +380,34 @@ class _Follower:
             )
         except PoolBusyError:
             raise  # never sent: not a read of the agent
+        except RuntimeError as exc:
+            # httpx refuses to send on a closed client with a bare RuntimeError.
+            if client.is_closed:
+                raise self._client_closed() from exc
+            raise
         except FollowerError as exc:
+            if isinstance(exc, AgentUnavailableError) and client.is_closed:
+                # Closed under the read: our caller's doing, not the agent's.
+                raise self._client_closed() from exc
             self.progress.reads += 1
             self.progress.failed_reads += 1
-            if isinstance(exc, AgentUnavailableError) and self._gone_after_stop():
-                raise FollowingEnded(f"task {self.task_id}: read failed after stop") from exc
+            if isinstance(exc, AgentUnavailableError):
+                self.failing.failed(exc)
+                if self._gone_after_stop():
+                    raise FollowingEnded(f"task {self.task_id}: read failed after stop") from exc
             raise
         self.progress.reads += 1
         if not page.has_more:
             self.progress.caught_up_at = anyio.current_time()
         return page
+
+    def _client_closed(self) -> ClientClosedError:
+        return ClientClosedError(
+            f"the client given to follow task {self.task_id!r} at {self.endpoint} was closed "
+            "while following; no read can succeed, so following ends",
+            url=self.endpoint,
+            task_id=self.task_id,
+        )
 
     def _gone_after_stop(self) -> bool:
         """After stop the turn has ended, so an agent that fails to answer is gone."""
@@ -290,3 +432,73 @@ class _Follower:
             await self.stop.wait()
         # After a wait wakes, a pending cancel goes first (the 3.11 lesson).
         await anyio.lowlevel.checkpoint_if_cancelled()
+
+
+class _FailingReads:
+    """A run of failed reads in a row: one warning as it starts, one summary as it ends.
+
+    Every failed read in between is a debug line, so an agent that fails for an
+    hour costs two warnings, not one per read.
+    """
+
+    def __init__(self, follower: _Follower) -> None:
+        self._follower = follower
+        self.in_a_row = 0
+        self._started_at = 0.0
+        self._warned = False
+        self._last_reason = ""
+
+    def failed(self, exc: AgentUnavailableError) -> None:
+        """Count a failed read (before stop or after: the summary counts both)."""
+        if self.in_a_row == 0:
+            self._started_at = anyio.current_time()
+        self.in_a_row += 1
+        self._last_reason = failure_reason(exc)
+
+    def retrying(self, exc: AgentUnavailableError, delay: float) -> None:
+        """Log a failed read that is retried after ``delay``: a warning only for the first."""
+        follower = self._follower
+        if not self._warned:
+            self._warned = True
+            logger.warning(
+                "reads of task %s at %s are failing (%s); retrying with backoff, "
+                "a summary follows when they recover or following ends",
+                follower.task_id,
+                follower.endpoint,
+                self._last_reason,
+                extra=follower.extra,
+            )
+        else:
+            logger.debug(
+                "read %d in a row of task %s failed (%s); retrying in %.1f s",
+                self.in_a_row,
+                follower.task_id,
+                failure_reason(exc),
+                delay,
+                extra=follower.extra,
+            )
+
+    def recovered(self) -> None:
+        if self.in_a_row:
+            self._summary("recovered")
+        self.in_a_row, self._warned = 0, False
+
+    def close(self, ending: str) -> None:
+        """Following ends: the run that was warned of gets its summary."""
+        if self.in_a_row and self._warned:
+            self._summary(f"stopped following ({ending})")
+        self.in_a_row, self._warned = 0, False
+
+    def _summary(self, how: str) -> None:
+        follower = self._follower
+        seconds = anyio.current_time() - self._started_at
+        logger.warning(
+            "reads of task %s at %s %s after %d failed reads in %.1f s (last: %s)",
+            follower.task_id,
+            follower.endpoint,
+            how,
+            self.in_a_row,
+            seconds,
+            self._last_reason,
+            extra={**follower.extra, "failed_reads": self.in_a_row, "failing_seconds": seconds},
+        )

@@ -40,6 +40,11 @@ def non_negative_seconds(name: str, value: Any) -> float:
     return float(value)
 
 
+def optional_positive_seconds(name: str, value: Any) -> float | None:
+    """``value`` as None (no bound) or a finite, positive duration."""
+    return None if value is None else positive_seconds(name, value)
+
+
 def count(name: str, value: Any, *, minimum: int = 0) -> int:
     """``value`` as an integer of at least ``minimum``, or :class:`InvalidArgumentError`."""
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
@@ -58,6 +63,10 @@ def _validated(check: Any) -> Any:
 class FollowOptions:
     """How a follower reads: the poll interval, each read's bounds, the drain, the client.
 
+    ``max_follow_seconds`` bounds one follower's whole run (None: no bound
+    but the drain after stop): past it, following ends as after a failed read
+    after stop, and the step goes on.
+
     Built by :func:`~follower.follow_trajectory`, :func:`~follower.following_live_trajectory`
     and :class:`~follower.LiveTurns` from their keyword options; raises
     :class:`~follower.InvalidArgumentError` at construction, before anything runs.
@@ -72,5 +81,8 @@ class FollowOptions:
     )
     drain_seconds: float = attrs.field(
         default=DEFAULT_DRAIN_SECONDS, validator=_validated(non_negative_seconds)
+    )
+    max_follow_seconds: float | None = attrs.field(
+        default=None, validator=_validated(optional_positive_seconds)
     )
     client: httpx.AsyncClient | None = attrs.field(default=None, repr=False)

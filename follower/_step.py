@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ._turns import LiveTurn, _TurnBlock
 
 
-logger = logging.getLogger("follower")
+logger = logging.getLogger("follower.step")
 
 
 def following_live_trajectory(
@@ -56,6 +56,7 @@ def following_live_trajectory(
     read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
     resume: bool = False,
+    max_follow_seconds: float | None = None,
 ) -> AbstractAsyncContextManager[LiveTurn]:
     """Follow one turn's live trajectory for the duration of an ``async with`` block.
 
@@ -69,6 +70,10 @@ def following_live_trajectory(
     on entry, unless ``resume`` is true: then ``follow()`` of the same task
     continues after its last stored chunk, and another task's turn raises
     :class:`~follower.TurnConflictError`.
+
+    ``max_follow_seconds`` bounds the follower's run from ``follow()`` (None: only
+    the drain bounds it): past it, following ends and the body goes on; the
+    end mark then says the turn is not complete.
     """
     options = FollowOptions(
         poll_interval_seconds=poll_interval_seconds,
@@ -76,6 +81,7 @@ def following_live_trajectory(
         client=client,
         read_timeout_seconds=read_timeout_seconds,
         max_page_bytes=max_page_bytes,
+        max_follow_seconds=max_follow_seconds,
     )
     if previous_turn_id is not None:
         TurnKeys(prefix_key, previous_turn_id)  # refused now, not at the first link
@@ -95,6 +101,8 @@ class LiveTurns:
 
     ``resume=True`` continues turns the store already holds (a retried step);
     :meth:`hand_off` leaves every turn for the next attempt instead of ending it.
+    ``max_follow_seconds`` bounds each turn's follower, as in
+    :func:`following_live_trajectory`.
     """
 
     def __init__(
@@ -109,6 +117,7 @@ class LiveTurns:
         read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
         max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
         resume: bool = False,
+        max_follow_seconds: float | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.resume = resume
@@ -120,6 +129,7 @@ class LiveTurns:
             client=client,
             read_timeout_seconds=read_timeout_seconds,
             max_page_bytes=max_page_bytes,
+            max_follow_seconds=max_follow_seconds,
         )
         self._chain = TurnChain()
         self._turn_ids: set[str] = set()

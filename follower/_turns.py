@@ -25,13 +25,15 @@ from ._endings import (
     leaves,
 )
 from ._errors import (
+    AgentError,
+    ClientClosedError,
     InvalidArgumentError,
     StoreError,
     TurnConflictError,
     TurnExistsError,
     TurnStateError,
 )
-from ._follow import FollowProgress, follow_task
+from ._follow import FollowProgress, failure_reason, follow_task
 from ._layout import TurnKeys
 from ._statistics import LiveTurnStatistics
 from ._stored_turn import StoredTurn, read_stored_turn
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
     )
     from ._stores import ObjectStore
 
-logger = logging.getLogger("follower")
+logger = logging.getLogger("follower.turns")
 
 # Entering a turn reads what the store holds of it (to refuse or resume it).
 STORED_TURN_READ_SECONDS = 10.0
@@ -248,10 +250,32 @@ class _TurnBlock:
                 options=self._options,
                 after=sink.stored_next,
                 progress=self.progress,
+                turn_id=self.turn_id,
+            )
+        except (AgentError, ClientClosedError) as exc:
+            # The agent's fault, or a client closed under us: one line, no traceback,
+            # and never the agent's error body (a status error's message quotes it;
+            # docs/security.md).
+            if getattr(exc, "status_code", None) is None:
+                detail = f"{type(exc).__name__}: {exc}"  # our own words on a page we refused
+            else:
+                detail = f"{type(exc).__name__} ({failure_reason(exc)})"
+            logger.error(  # noqa: TRY400 (no traceback: it would quote the body)
+                "turn %s: following task %s at %s ended: %s",
+                self.turn_id,
+                task_id,
+                self.endpoint,
+                detail,
+                extra={"task_id": task_id, "turn_id": self.turn_id},
             )
         except Exception:
             # A follower's failure is the turn's to log, never to raise: the step goes on.
-            logger.exception("turn %s: following task %s failed", self.turn_id, task_id)
+            logger.exception(
+                "turn %s: following task %s failed",
+                self.turn_id,
+                task_id,
+                extra={"task_id": task_id, "turn_id": self.turn_id},
+            )
         finally:
             self._follower_done.set()
 

@@ -33,9 +33,10 @@ from follower import (
     TrajectoryBatch,
     TrajectoryState,
     UnknownStateError,
+    _follow,
     follow_trajectory,
 )
-from follower._follow import retry_delay
+from follower._follow import NOT_FOUND_GRACE_SECONDS, NOT_FOUND_RETRY_SECONDS, retry_delay
 
 from .support.agents import ENDPOINT, RecordingSink, ScriptedAgent
 from .support.virtual_time import virtual_time_backends
@@ -61,6 +62,21 @@ HALF_READ_BODY = pytest.mark.filterwarnings("ignore:Async generator 'httpx[.]:Re
 @pytest.fixture(params=virtual_time_backends(), scope="module")
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def backoff_at_its_ceiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every backoff at the top of its jitter, so the tables' times are exact.
+
+    The jitter itself is tested in test_retries.py.
+    """
+    monkeypatch.setattr(_follow, "backoff_fraction", lambda: 1.0)
+
+
+def follower_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [
+        r for r in caplog.records if r.name.startswith("follower") and r.levelno >= logging.WARNING
+    ]
 
 
 def exactly(values: Iterable[float]) -> Any:
@@ -399,22 +415,68 @@ async def test_batches_are_contiguous_and_hold_every_event_once_in_order() -> No
 # --- 404: end quietly ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("stopped", [False, True], ids=["before-stop", "after-stop"])
-async def test_unknown_task_ends_following_quietly_with_one_warning(
-    stopped: bool, caplog: pytest.LogCaptureFixture
+async def test_unknown_task_ends_following_after_the_grace_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    agent = ScriptedAgent()  # knows no task, and never will
+    sink = RecordingSink()
+    with anyio.fail_after(100):
+        async with agent.client() as client:
+            ended = await seconds_to_follow_t1(client, sink)
+    # Read again every second (the poll interval, at most 1 s) for the grace, then given up.
+    reads = int(NOT_FOUND_GRACE_SECONDS / NOT_FOUND_RETRY_SECONDS) + 1
+    assert [read.answered for read in agent.reads] == [404] * reads
+    assert read_times(agent) == exactly(NOT_FOUND_RETRY_SECONDS * i for i in range(reads))
+    assert ended == pytest.approx(NOT_FOUND_GRACE_SECONDS, abs=1e-6)
+    assert sink.batches == []
+    warnings = follower_warnings(caplog)
+    assert len(warnings) == 1
+    assert "t1" in warnings[0].getMessage()
+
+
+async def test_unknown_task_after_stop_ends_following_at_once_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     agent = ScriptedAgent()  # knows no task
     sink = RecordingSink()
-    stop = stop_event(stopped)
     with anyio.fail_after(100):
         async with agent.client() as client:
-            ended = await seconds_to_follow_t1(client, sink, stop=stop)
+            ended = await seconds_to_follow_t1(client, sink, stop=stop_event(True))
     assert [read.answered for read in agent.reads] == [404]
     assert ended == pytest.approx(0, abs=1e-6)
     assert sink.batches == []
-    warnings = [r for r in caplog.records if r.name == "follower" and r.levelno >= logging.WARNING]
+    warnings = follower_warnings(caplog)
     assert len(warnings) == 1
     assert "t1" in warnings[0].getMessage()
+
+
+async def test_a_task_registered_a_moment_late_is_followed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    agent = ScriptedAgent()  # message/send answered; the trajectory is not registered yet
+    with anyio.fail_after(100):
+        async with following(agent.client()) as run:
+            await agent.wait_reads(3)
+            agent.add_task("t1")
+            agent.publish("t1", "a")
+            agent.finish("t1")
+    assert run.error is None
+    assert [read.answered for read in agent.reads] == [404, 404, 404, 200]
+    assert read_times(agent) == exactly([0, 1, 2, 3])
+    assert run.sink.batches == [batch(0, ["a"], COMPLETED, last=True)]
+    assert follower_warnings(caplog) == []
+
+
+async def test_a_stop_during_the_grace_ends_following_at_the_next_404() -> None:
+    agent = ScriptedAgent()
+    with anyio.fail_after(100):
+        async with following(agent.client()) as run:
+            await agent.wait_reads(1)
+            await anyio.sleep_until(agent.reads[0].at + 0.5)  # inside the 1 s wait
+            run.stop.set()
+    assert run.error is None
+    assert read_times(agent) == exactly([0, 0.5])
+    assert run.ended_at == pytest.approx(agent.reads[1].at, abs=1e-6)
 
 
 async def test_task_forgotten_midway_ends_following_and_keeps_what_was_read(
@@ -429,8 +491,7 @@ async def test_task_forgotten_midway_ends_following_and_keeps_what_was_read(
     assert [read.answered for read in agent.reads] == [200, 404]
     assert run.ended_at == pytest.approx(agent.reads[1].at, abs=1e-6)
     assert run.sink.batches == [batch(0, ["a"])]
-    warnings = [r for r in caplog.records if r.name == "follower" and r.levelno >= logging.WARNING]
-    assert len(warnings) == 1
+    assert len(follower_warnings(caplog)) == 1
 
 
 # --- other 4xx, malformed body: raise a clear error ------------------------------------

@@ -20,6 +20,7 @@ from follower import (
     LiveTurnStatistics,
     MemoryStore,
     TrajectoryState,
+    _follow,
     following_live_trajectory,
 )
 from follower._clients import client_pool
@@ -38,6 +39,12 @@ REAL_BACKENDS = ["asyncio", "trio"]
 @pytest.fixture(params=virtual_time_backends(), scope="module")
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def backoff_at_its_ceiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every backoff at the top of its jitter, so the times are exact (test_retries.py)."""
+    monkeypatch.setattr(_follow, "backoff_fraction", lambda: 1.0)
 
 
 class BusyPool(httpx.AsyncBaseTransport):
