@@ -1,13 +1,15 @@
-"""What the many-follower benchmarks measure, shared by ``many_followers.py`` and ``scale.py``.
+"""What the benchmarks measure, shared by ours and the old follower's child processes.
 
-Plain Python and anyio only: ``scale.py`` runs the old follower's side in a venv of
-its own, where ``follower`` is not installed, and that side measures with this too.
+Plain Python and anyio only (httpx where a canned agent needs it): the benchmarks
+run the old follower's side in a venv of its own, where ``follower`` is not
+installed, and that side measures with this too.
 Nothing here asserts: these are figures, and they belong to the machine they ran on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -262,6 +264,52 @@ def _visible_between(turn: Turn, low: float, high: float, interval: float) -> tu
     first = max(0, math.ceil((low - start) / interval))
     end = max(0, math.floor((high - start) / interval) + 1)
     return first, end
+
+
+# --- a long trajectory, canned (throughput.py and _old_throughput.py) ----------------
+
+PAGE_EVENTS = 1000
+"""The most events a read returns: the agent serves full pages."""
+CANNED_TASK = "task-1"
+CANNED_FORMAT = "agentenv.trajectory/v1"
+
+
+def small_event(index: int) -> dict[str, Any]:
+    """A small event, as the reference agent makes them (about 45 bytes of JSON)."""
+    return {"index": index, "kind": "step", "text": f"step {index}"}
+
+
+def canned_pages(events: int) -> dict[int, bytes]:
+    """Every page a follower reads from 0, by its ``after``, encoded once."""
+    pages = {}
+    for after in range(0, max(events, 1), PAGE_EVENTS):
+        next_ = min(after + PAGE_EVENTS, events)
+        page = {
+            "context_id": "ctx-1",
+            "task_id": CANNED_TASK,
+            "state": "completed",
+            "format": CANNED_FORMAT,
+            "events": [small_event(i) for i in range(after, next_)],
+            "next": next_,
+            "has_more": next_ < events,
+        }
+        pages[after] = json.dumps(page).encode()
+    return pages
+
+
+def canned_agent(events: int) -> Any:
+    """An ``httpx.MockTransport`` answering each cursor read with its page, encoded beforehand."""
+    import httpx
+
+    pages = canned_pages(events)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        after = json.loads(request.content)["after"]
+        return httpx.Response(
+            200, content=pages[after], headers={"content-type": "application/json"}
+        )
+
+    return httpx.MockTransport(answer)
 
 
 # --- printing -------------------------------------------------------------------------
