@@ -24,6 +24,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 # The benchmarks after scale.py, each run with --json (and --quick in a smoke run).
 OTHERS = ("read_path", "throughput", "teardown")
+# Those that run the old follower beside ours, given its venv's python as scale.py is.
+OLD_SIDE = ("throughput", "teardown")
 
 
 def run(command: list[str]) -> int:
@@ -43,7 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         "--markdown", action="store_true", default=os.environ.get("BENCH_MARKDOWN") == "1"
     )
     parser.add_argument("--results", type=Path, default=HERE / "results")
-    parser.add_argument("--old-python", help="the old follower's venv python (scale.py)")
+    parser.add_argument(
+        "--old-python",
+        help="the old follower's venv python (scale.py, throughput.py, teardown.py)",
+    )
     args = parser.parse_args(argv)
     args.results.mkdir(parents=True, exist_ok=True)
     quick = ["--quick"] if args.quick else []
@@ -65,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         # Each takes --json; --quick only where it offers a smoke run.
         knows_quick = "--quick" in script.read_text()
         command = [sys.executable, str(script), "--json", str(args.results / f"{name}.json")]
+        if args.old_python and name in OLD_SIDE:
+            command += ["--old-python", args.old_python]
         if run(command + (quick if knows_quick else [])) != 0:
             failed.append(name)
     print(flush=True)
