@@ -1,5 +1,6 @@
 """The benchmarks run, so they cannot rot: each script once, in its smoke mode, on loopback.
 
+The one place the benchmark scripts are run from the suite.
 Figures are never asserted (they belong to the machine); what is checked is that each
 script runs to the end and writes the figures it promises. They spawn processes and
 take seconds, so they run on one Python only (3.11, the one ``make bench`` uses), not
@@ -24,6 +25,18 @@ OLD_PYTHON = ROOT / ".venvs" / "old-follower" / "bin" / "python"
 pytestmark = pytest.mark.skipif(
     sys.version_info[:2] != (3, 11),
     reason="the benchmarks' smoke runs take seconds each: one Python (3.11) is enough",
+)
+
+
+HAS_OLD = pytest.mark.skipif(not OLD_PYTHON.exists(), reason="no venv from tools/old-follower-venv")
+# The six ways read_path.py measures a read (the other engineer's read_path.py names them).
+READ_PATH_WAYS = (
+    "raw",
+    "h11",
+    "httpx default",
+    "httpx + ours",
+    "read_page default",
+    "read_page + ours",
 )
 
 
@@ -76,7 +89,7 @@ def test_scale_quick_runs_ours_on_both_backends(tmp_path: Path) -> None:
     assert "scale.lag_p99_5000_trio" in ids
 
 
-@pytest.mark.skipif(not OLD_PYTHON.exists(), reason="no venv from tools/old-follower-venv")
+@HAS_OLD
 def test_scale_quick_runs_the_old_follower_beside_ours(tmp_path: Path) -> None:
     document = scale_quick(tmp_path, "old,ours-asyncio")
     old = next(run for run in document["runs"] if run["side_name"] == "old")
@@ -119,3 +132,80 @@ def test_many_followers_runs_one_shape() -> None:
         "10",
     )
     assert "library default" in printed
+
+
+def test_read_path_quick_measures_every_way_on_both_backends(tmp_path: Path) -> None:
+    out = tmp_path / "read_path.json"
+    printed = run("read_path.py", "--quick", "--json", str(out))
+    results = json.loads(out.read_text())["results"]
+    assert {(r["backend"], r["way"]) for r in results} == {
+        (backend, way) for backend in ("asyncio", "trio") for way in READ_PATH_WAYS
+    }
+    assert all(r["cpu_us_per_read"] > 0 for r in results)
+    assert "read_page + ours" in printed
+
+
+def throughput_quick(tmp_path: Path, *old: str) -> dict[str, Any]:
+    out = tmp_path / "throughput.json"
+    printed = run("throughput.py", "--quick", "--json", str(out), "--tmp", str(tmp_path), *old)
+    figures = dict(json.loads(out.read_text()))
+    assert figures["events"] == 20_000
+    assert [row["store"] for row in figures["rows"]] == ["memory", "filesystem"]
+    for row in figures["rows"]:
+        assert row["all_stored"], row["end"]
+        assert row["events_per_second"] > 0
+        assert row["chunk_bytes"] > 0
+        assert row["store"] in printed
+    ids = [target["id"] for target in figures["targets"]]
+    assert ids == ["throughput.memory_events_per_second", "throughput.filesystem_events_per_second"]
+    return figures
+
+
+def test_throughput_quick_without_the_old_follower_says_so(tmp_path: Path) -> None:
+    figures = throughput_quick(tmp_path, "--old-python", str(tmp_path / "no-such-python"))
+    assert figures["old_rows"] == []
+    assert figures["ratio_to_old"] == []
+    assert "no-such-python" in figures["old_not_run"]
+
+
+@HAS_OLD
+def test_throughput_quick_drains_the_old_follower_beside_ours(tmp_path: Path) -> None:
+    figures = throughput_quick(tmp_path, "--old-python", str(OLD_PYTHON))
+    assert [row["store"] for row in figures["old_rows"]] == ["memory", "filesystem"]
+    for row in figures["old_rows"]:
+        assert row["all_stored"], row["end"]  # the same trajectory, every event stored
+    assert [ratio["store"] for ratio in figures["ratio_to_old"]] == ["memory", "filesystem"]
+    assert all(ratio["events_per_second"] > 0 for ratio in figures["ratio_to_old"])
+    assert all("x old" in target["shown"] for target in figures["targets"])
+
+
+def test_teardown_runs_every_cell_once_beside_the_old_follower(tmp_path: Path) -> None:
+    out = tmp_path / "teardown.json"
+    old = ["--old-python", str(OLD_PYTHON), "--old-repeats", "1", "--old-cap", "0.3"]
+    run("teardown.py", "--repeats", "1", "--backend", "asyncio", "--json", str(out), *old)
+    report = json.loads(out.read_text())
+    assert len(report["cells"]) == 12
+    assert report["ok"], [cell["problems"] for cell in report["cells"]]
+    ids = [target["id"] for target in report["targets"]]
+    assert ids == ["teardown.cancelled", "teardown.raises", "teardown.returns_dead_agent"]
+    if OLD_PYTHON.exists():
+        assert len(report["old"]["cells"]) == 12
+        assert len(report["ratio_to_old"]) == 12
+        # A body that returns: the old follower drains for 60 s, so every run meets the cap.
+        returns = [c for c in report["old"]["cells"] if c["outcome"] == "returns"]
+        assert all(cell["capped"] == 1 for cell in returns)
+    else:
+        assert "old" in report["not_run"]
+
+
+def test_idle_poll_lists_only_what_is_new_with_start_after(tmp_path: Path) -> None:
+    out = tmp_path / "idle.json"
+    run(
+        "idle_poll.py", "--chunks", "50", "--polls", "3", "--json", str(out), "--tmp", str(tmp_path)
+    )
+    rows = json.loads(out.read_text())["rows"]
+    assert [(row["store"], row["chunks"]) for row in rows] == [("memory", 50), ("filesystem", 50)]
+    for row in rows:
+        # The whole folder at every poll without start_after; only the marks with it.
+        assert row["whole_keys"] == 51
+        assert row["start_after_keys"] == 1

@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import json
 import ssl
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -33,8 +30,6 @@ from follower import AgentUnavailableError, PageTooLargeError
 from follower._clients import ClientPool, _shared_ssl_context
 from follower._exchange import read_page
 from follower._transport import AgentClient, AgentTransport
-
-WAYS = ("raw", "h11", "httpx default", "httpx + ours", "read_page default", "read_page + ours")
 
 pytestmark = pytest.mark.anyio
 
@@ -468,24 +463,3 @@ async def test_cookies_an_agent_sets_are_kept_and_sent_back() -> None:
     assert b"cookie: session=s1" not in server.requests[0].head.lower()
     assert b"cookie: session=s1" in server.requests[1].head.lower()
 
-
-# --- the read-path benchmark cannot rot --------------------------------------------------
-
-
-def test_the_read_path_benchmark_runs_quick(tmp_path: Path) -> None:
-    figures = tmp_path / "read_path.json"
-    script = Path(__file__).parents[1] / "benchmarks" / "read_path.py"
-    done = subprocess.run(
-        [sys.executable, str(script), "--quick", "--json", str(figures)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    results = json.loads(figures.read_text())["results"]
-    assert {(r["backend"], r["way"]) for r in results} == {
-        (backend, way) for backend in ("asyncio", "trio") for way in WAYS
-    }
-    assert all(r["cpu_us_per_read"] > 0 for r in results)
-    assert "read_page + ours" in done.stdout
