@@ -462,4 +462,3 @@ async def test_cookies_an_agent_sets_are_kept_and_sent_back() -> None:
             await read(client, url)
     assert b"cookie: session=s1" not in server.requests[0].head.lower()
     assert b"cookie: session=s1" in server.requests[1].head.lower()
-
