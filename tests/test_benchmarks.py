@@ -5,7 +5,7 @@ Figures are never asserted (they belong to the machine); what is checked is that
 script runs to the end and writes the figures it promises. They spawn processes and
 take seconds, so they run on one Python only (3.11, the one ``make bench`` uses), not
 on every Python of the suite. The old follower's side needs its own venv
-(``tools/old-follower-venv``) and is skipped where it has not been made.
+(``tools/old-follower-venv``, which `make test` builds) and is skipped where it has not been made.
 """
 
 from __future__ import annotations
