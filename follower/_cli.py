@@ -26,7 +26,7 @@ from ._errors import (
     TurnExistsError,
     UsageError,
 )
-from ._layout import TurnKeys
+from ._layout import TurnKeys, default_prefix
 from ._reader import TurnEnd, read_live_trajectory
 from ._step import LiveTurns
 from ._stored_turn import read_stored_turn
@@ -220,7 +220,7 @@ async def _follow(args: argparse.Namespace) -> int:
         # Said at once, so that an interrupted run can be resumed with --task.
         print(f"follower: task {task_id}", file=sys.stderr, flush=True)
         try:
-            keys = TurnKeys(args.prefix or f"follow/{task_id}/", args.turn)
+            keys = TurnKeys(args.prefix or default_prefix(task_id), args.turn)
         except UsageError:
             if args.message is not None:
                 await cancel_task_quietly(agent, task_id)

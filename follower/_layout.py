@@ -24,7 +24,8 @@ from typing import Any
 import attrs
 
 from ._errors import CorruptObjectError, InvalidKeyError
-from ._keys import check_prefix, check_turn_id
+from ._keys import MAX_KEY_BYTES, check_prefix, check_segment, check_turn_id
+from ._nesting import MAX_JSON_DEPTH, nests_too_deep, too_deep_lines
 from ._wire import TrajectoryState
 
 JSON = "application/json"
@@ -33,7 +34,8 @@ TASK = "task.json"
 META = "meta.json"
 END = "end.json"
 NEXT = "next.json"
-_CHUNK = re.compile(r"([0-9]{8,})-([0-9]{8,})\.jsonl")
+# Positions of up to 18 digits: any count of events, and never an int() too long to parse.
+_CHUNK = re.compile(r"([0-9]{8,18})-([0-9]{8,18})\.jsonl")
 # A reused encoder: the same bytes as json.dumps(..., separators=...), without building one a call.
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
 # The C encoder that json.dumps runs under _ENCODER.encode, made once a chunk rather than
@@ -47,13 +49,25 @@ def _valid_prefix(_: object, __: attrs.Attribute[str], value: str) -> None:
     check_prefix(value)
 
 
-def _valid_turn_id(_: object, __: attrs.Attribute[str], value: str) -> None:
+def _valid_turn_id(keys: TurnKeys, __: attrs.Attribute[str], value: str) -> None:
     check_turn_id(value)
+    # Every key of the turn must fit: the longest is a chunk's, far into a long turn.
+    size = len(keys.prefix_key.encode()) + len(value.encode()) + len(LIVE_FOLDER) + LONGEST_NAME
+    if size > MAX_KEY_BYTES:
+        raise InvalidKeyError(
+            f"prefix {keys.prefix_key[:40]!r}... and turn id {value[:40]!r}... are too long: "
+            f"together at most {MAX_KEY_BYTES - len(LIVE_FOLDER) - LONGEST_NAME} bytes of UTF-8, "
+            f"so that every key of the turn fits in {MAX_KEY_BYTES}"
+        )
 
 
 @attrs.frozen
 class TurnKeys:
-    """The keys of one turn's objects; the prefix and turn id are validated once, here."""
+    """The keys of one turn's objects; the prefix and turn id are validated once, here.
+
+    The turn id is one key segment; the prefix and the turn id together leave room
+    for the turn's longest key within the key limit (docs/protocol.md, "Keys").
+    """
 
     prefix_key: str = attrs.field(validator=_valid_prefix)
     turn_id: str = attrs.field(validator=_valid_turn_id)
@@ -61,7 +75,7 @@ class TurnKeys:
     @property
     def live(self) -> str:
         """The folder of the turn's live trajectory: every key below starts with it."""
-        return f"{self.prefix_key}{self.turn_id}/live/"
+        return f"{self.prefix_key}{self.turn_id}{LIVE_FOLDER}"
 
     @property
     def task(self) -> str:
@@ -83,9 +97,29 @@ class TurnKeys:
         return self.live + chunk_name(after, next_)
 
     def names(self, keys: list[str]) -> list[str]:
-        """The object names of listed ``keys`` (the part after :attr:`live`)."""
-        start = len(self.live)
+        """The object names of listed ``keys`` (the part after :attr:`live`).
+
+        A store that lists a key outside the folder it was asked for, or
+        something that is no key, is broken: :class:`CorruptObjectError`.
+        """
+        live = self.live
+        start = len(live)
+        if not isinstance(keys, list) or not all(
+            isinstance(key, str) and key.startswith(live) and len(key) > start for key in keys
+        ):
+            strays = [k for k in keys if not (isinstance(k, str) and k.startswith(live))][:1]
+            raise CorruptObjectError(
+                f"listing {live!r} gave what is not a key under it: {strays or keys!r:.200}"
+            )
         return [key[start:] for key in keys]
+
+
+def default_prefix(task_id: str) -> str:
+    """``follow/<task_id>/``: where a command stores a task's turns unless told otherwise.
+
+    The task id comes from the agent (or the user), so it must be one key segment.
+    """
+    return f"follow/{check_segment(task_id, 'task id')}/"
 
 
 # --- chunks ---------------------------------------------------------------------------
@@ -93,6 +127,11 @@ class TurnKeys:
 
 def chunk_name(after: int, next_: int) -> str:
     return f"{after:08d}-{next_:08d}.jsonl"
+
+
+LIVE_FOLDER = "/live/"
+# The longest object name of a turn: a chunk's, at the largest positions a name can hold.
+LONGEST_NAME = len(chunk_name(10**18 - 1, 10**18 - 1))
 
 
 def parse_chunk_name(name: str) -> tuple[int, int] | None:
@@ -139,11 +178,25 @@ def encode_events(events: tuple[Any, ...]) -> bytes:
 
 
 def decode_events(body: bytes, key: str) -> list[Any]:
-    """A chunk's events, one JSON value a line."""
+    """A chunk's events, one JSON value a line; :class:`CorruptObjectError` for anything else.
+
+    Lines end with ``\n``; blank lines are skipped. The body must be UTF-8, and
+    no line may nest deeper than :data:`~follower._nesting.MAX_JSON_DEPTH`.
+    """
+    data = _stored_bytes(body, key, "stored chunk")
+    text = _utf8(data, key, "stored chunk")
+    deep = too_deep_lines(data)
+    if deep:
+        raise CorruptObjectError(
+            f"stored chunk {key!r}: line {deep[0] + 1} nests deeper than {MAX_JSON_DEPTH} levels"
+        )
+    loads = json.loads
     try:
-        return [json.loads(line) for line in body.splitlines() if line.strip()]
+        return [loads(line) for line in text.split("\n") if line.strip()]
     except ValueError as exc:
-        raise CorruptObjectError(f"stored chunk {key!r} holds a line that is not JSON") from exc
+        raise CorruptObjectError(
+            f"stored chunk {key!r} holds a line that is not JSON: {exc}"
+        ) from exc
 
 
 # --- marks ----------------------------------------------------------------------------
@@ -154,14 +207,43 @@ def encode_json(value: Any) -> bytes:
 
 
 def decode_json_object(body: bytes, key: str) -> dict[str, Any]:
-    """A stored JSON object, or :class:`CorruptObjectError` naming the key."""
+    """A stored JSON object, or :class:`CorruptObjectError` naming the key.
+
+    UTF-8, nested no deeper than :data:`~follower._nesting.MAX_JSON_DEPTH`, and
+    strict JSON: ``NaN`` and ``Infinity``, which no mark holds, are refused too.
+    """
+    data = _stored_bytes(body, key, "stored object")
+    text = _utf8(data, key, "stored object")
+    if nests_too_deep(data):
+        raise CorruptObjectError(f"stored object {key!r} nests deeper than {MAX_JSON_DEPTH} levels")
     try:
-        value = json.loads(body)
+        value = json.loads(text, parse_constant=_no_constant)
     except ValueError as exc:
         raise CorruptObjectError(f"stored object {key!r} is not JSON: {exc}") from exc
     if not isinstance(value, dict):
         raise CorruptObjectError(f"stored object {key!r} is not a JSON object")
     return value
+
+
+def _stored_bytes(body: object, key: str, what: str) -> bytes:
+    """What a store's get returned, as bytes (not copied when it is bytes), or refused."""
+    if not isinstance(body, bytes | bytearray | memoryview):
+        raise CorruptObjectError(
+            f"{what} {key!r} came back from the store as {type(body).__name__}, not bytes"
+        )
+    return bytes(body)
+
+
+def _utf8(data: bytes, key: str, what: str) -> str:
+    """A stored body as text: strict UTF-8 (so no UTF-16 and no encoded surrogate either)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptObjectError(f"{what} {key!r} is not UTF-8: {exc}") from exc
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 @attrs.frozen

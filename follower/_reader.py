@@ -151,6 +151,7 @@ class _TurnReader:
 
     def __init__(self, store: ObjectStore, keys: TurnKeys) -> None:
         self.store = store
+        self.keys = keys
         self.prefix = keys.live
         self.turn_id = keys.turn_id
         self.cursor = 0
@@ -196,9 +197,7 @@ class _TurnReader:
         return self.end_next is not None and (self.cursor < self.end_next or NEXT in names)
 
     async def _list(self, start_after: str | None) -> list[str]:
-        keys = await list_keys(self.store, self.prefix, start_after=start_after)
-        start = len(self.prefix)
-        return [key[start:] for key in keys]
+        return self.keys.names(await list_keys(self.store, self.prefix, start_after=start_after))
 
     async def _read_chunks(self, names: list[str]) -> AsyncIterator[StoredEvent]:
         self._gap = False

@@ -1,8 +1,10 @@
 """The key rules (docs/protocol.md, "Keys") and the stored layout's names and bodies.
 
 Keys are segments separated by ``/``: no empty, ``.`` or ``..`` segment, no
-leading ``/``, no backslash, no control character. A prefix is empty or a key
-followed by ``/``; a listing prefix is any start of a valid key.
+leading ``/``, no backslash, no control character; at most 1024 bytes of UTF-8,
+255 a segment. A prefix is empty or a key followed by ``/``; a listing prefix is
+any start of a valid key. A turn id (and a task id in a default prefix) is one
+segment, and a turn's prefix and id leave room for its longest key.
 """
 
 from __future__ import annotations
@@ -17,11 +19,21 @@ from hypothesis import strategies as st
 
 import follower
 from follower import CorruptObjectError, FollowerError, InvalidKeyError, UsageError
-from follower._keys import check_key, check_list_prefix, check_prefix, check_turn_id
+from follower._keys import (
+    MAX_KEY_BYTES,
+    MAX_SEGMENT_BYTES,
+    check_key,
+    check_list_prefix,
+    check_prefix,
+    check_turn_id,
+)
 from follower._layout import (
+    LONGEST_NAME,
+    TurnKeys,
     chunk_name,
     decode_events,
     decode_json_object,
+    default_prefix,
     encode_events,
     parse_chunk_name,
     turn_prefix,
@@ -348,3 +360,61 @@ def test_a_stored_json_object_decodes() -> None:
         "state": "completed",
         "next": 3,
     }
+
+
+# --- lengths ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [MAX_SEGMENT_BYTES - 1, MAX_SEGMENT_BYTES])
+def test_a_segment_up_to_the_limit_is_a_key_a_turn_id_and_a_task_id(size: int) -> None:
+    for segment in ("t" * size, "\u00e9" * (size // 2) + "t" * (size % 2)):
+        assert check_key(f"a/{segment}/b") == f"a/{segment}/b"
+        assert check_turn_id(segment) == segment
+        assert default_prefix(segment) == f"follow/{segment}/"
+
+
+@pytest.mark.parametrize(
+    "segment",
+    ["t" * (MAX_SEGMENT_BYTES + 1), "\u00e9" * 128, "t" * 1_000_000],
+    ids=["ascii", "two-byte", "a-million"],
+)
+def test_a_segment_over_the_limit_is_refused_everywhere(segment: str) -> None:
+    with pytest.raises(InvalidKeyError, match=r"over the (255|1024)"):
+        check_key(f"a/{segment}")
+    with pytest.raises(InvalidKeyError, match="invalid turn id"):
+        check_turn_id(segment)
+    with pytest.raises(InvalidKeyError, match="invalid turn id"):
+        TurnKeys("p/", segment)
+    with pytest.raises(InvalidKeyError, match="invalid task id"):
+        default_prefix(segment)
+    with pytest.raises(InvalidKeyError):
+        check_prefix(f"{segment}/")
+    # One line, however long the id: an error message never carries all of it.
+    with pytest.raises(InvalidKeyError) as caught:
+        check_turn_id(segment)
+    assert len(str(caught.value)) < 200
+
+
+def test_a_key_over_1024_bytes_is_refused() -> None:
+    key = "/".join(["k" * 100] * 10) + "/" + "k" * 14
+    assert len(key) == MAX_KEY_BYTES
+    assert check_key(key) == key
+    with pytest.raises(InvalidKeyError, match="over the 1024"):
+        check_key(key + "k")
+
+
+@pytest.mark.parametrize("task_id", ["a/b", "..", ".", "", "a\\b", "a\nb", 7], ids=repr)
+def test_a_task_id_in_a_default_prefix_is_one_segment(task_id: Any) -> None:
+    with pytest.raises(InvalidKeyError, match="invalid task id"):
+        default_prefix(task_id)
+
+
+def test_a_turns_prefix_and_id_leave_room_for_its_longest_key() -> None:
+    room = MAX_KEY_BYTES - len("/live/") - LONGEST_NAME
+    turn_id = "t" * 200
+    prefix = "/".join(["p" * 100] * 10)[: room - len(turn_id) - 1] + "/"
+    keys = TurnKeys(prefix, turn_id)
+    assert len((prefix + turn_id).encode()) == room
+    assert check_key(keys.chunk(10**18 - 1, 10**18 - 1))
+    with pytest.raises(InvalidKeyError, match="too long"):
+        TurnKeys(prefix, turn_id + "t")
