@@ -31,6 +31,7 @@ from ._errors import PoolBusyError as PoolBusyError
 from ._errors import ReaderIdleError as ReaderIdleError
 from ._errors import StoreAccessDeniedError as StoreAccessDeniedError
 from ._errors import StoreError as StoreError
+from ._errors import StoreEscapeError as StoreEscapeError
 from ._errors import StoreNotFoundError as StoreNotFoundError
 from ._errors import StoreUnavailableError as StoreUnavailableError
 from ._errors import TaskMismatchError as TaskMismatchError
@@ -94,6 +95,7 @@ __all__ = [
     "PoolBusyError",
     "ReaderIdleError",
     "StoreAccessDeniedError",
+    "StoreEscapeError",
     "StoreError",
     "StoreNotFoundError",
     "StoreUnavailableError",

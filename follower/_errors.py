@@ -23,6 +23,7 @@
     │   │   └── ObjectConflictError      ... with other bytes than the put's
     │   ├── ObjectNotFoundError      the key is not written
     │   ├── CorruptObjectError       a stored object cannot be parsed
+│   ├── StoreEscapeError         a symbolic link in a folder store leads out of its root
     │   ├── StoreNotFoundError       the store itself is missing: no such bucket
     │   ├── StoreAccessDeniedError   the store refused our credentials (403)
     │   └── StoreUnavailableError    unreachable, timed out, or 5xx after retries
@@ -162,6 +163,15 @@ class ObjectNotFoundError(StoreError):
 
 class CorruptObjectError(StoreError):
     """A stored object cannot be parsed as what its key says it is."""
+
+
+class StoreEscapeError(StoreError):
+    """A key of a :class:`~follower.FilesystemStore` leads out of its root through a symbolic link.
+
+    The key itself is valid: something in the store's folder (a link planted
+    below the root) points elsewhere, and the store neither reads nor writes
+    through it.
+    """
 
 
 class StoreNotFoundError(StoreError):

@@ -43,7 +43,7 @@ from ._errors import (
     StoreNotFoundError,
     StoreUnavailableError,
 )
-from ._keys import check_key, check_list_prefix, check_prefix
+from ._keys import MAX_KEY_BYTES, check_key, check_list_prefix, check_prefix
 from ._stores import check_same_bytes, check_start_after
 
 try:
@@ -151,13 +151,23 @@ class S3Store:
         at = f" at {self._endpoint_url}" if self._endpoint_url else ""
         return f"s3://{self._bucket}/{self._prefix}{at}"
 
-    async def put(self, key: str, body: bytes, *, content_type: str) -> None:
+    def _check_key(self, key: str) -> None:
+        """The key rules, and S3's own limit on the whole object key, prefix included."""
         check_key(key)
+        size = len(self._prefix.encode()) + len(key.encode())
+        if size > MAX_KEY_BYTES:
+            raise InvalidKeyError(
+                f"invalid key {key[:60]!r}...: under the store's prefix {self._prefix[:60]!r} "
+                f"it is {size} bytes of UTF-8, over the {MAX_KEY_BYTES} an S3 key may have"
+            )
+
+    async def put(self, key: str, body: bytes, *, content_type: str) -> None:
+        self._check_key(key)
         # bytes() copies a bytearray (the thread must not see it change), never a bytes.
         await self._run(self._put_sync, key, bytes(body), content_type)
 
     async def get(self, key: str) -> bytes:
-        check_key(key)
+        self._check_key(key)
         return await self._run(self._get_sync, key)
 
     async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:

@@ -17,6 +17,7 @@ import inspect
 import os
 import re
 import secrets
+import unicodedata
 import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -31,6 +32,7 @@ from ._errors import (
     ObjectConflictError,
     ObjectNotFoundError,
     StoreError,
+    StoreEscapeError,
 )
 from ._keys import check_key, check_list_prefix
 
@@ -170,8 +172,14 @@ class MemoryStore:
 
 
 # Temporary files live beside their target (os.link needs one filesystem) under
-# a name no listing shows and no key can take.
-TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{32}\.tmp")
+# a name no listing shows and no key can take: 37 bytes whatever the key, so a
+# name of MAX_SEGMENT_BYTES still fits the filesystem's 255 with its temp file.
+# Before, the name was ".<target>.<hex>.tmp": such leftovers stay hidden too.
+TEMP_NAME = re.compile(r"\.(?:.+\.)?[0-9a-f]{32}\.tmp")
+
+
+def _temp_name() -> str:
+    return f".{secrets.token_hex(16)}.tmp"
 
 
 class FilesystemStore:
@@ -179,7 +187,15 @@ class FilesystemStore:
 
     A put writes a temporary file, fsyncs it, then hard-links it into place:
     the link either wins or finds the key taken, and no reader ever sees half
-    an object. Keys can never reach outside ``root``.
+    an object. Keys can never reach outside ``root``: a symbolic link below it
+    is followed only while it stays inside (else :class:`StoreEscapeError`), and
+    a listing never enters a linked folder.
+
+    Keys are case-sensitive, as on S3. On a filesystem that is not (macOS's by
+    default, Windows'), two keys that differ only in case, or in Unicode
+    normalisation, name one file: a put that finds its file taken under
+    another spelling raises :class:`ObjectConflictError`, whatever the bytes,
+    so two keys are never silently merged.
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -228,14 +244,18 @@ class FilesystemStore:
         return path
 
     def _inside_root(self, path: Path, key: str) -> None:
-        # Symlinks inside the root could still point outside it.
+        # Symlinks inside the root could still point outside it. Not the key's fault:
+        # what the store's folder holds, so a store error.
         if not path.resolve().is_relative_to(self._root):
-            raise InvalidKeyError(f"invalid key {key!r}: it resolves outside {self._root}")
+            raise StoreEscapeError(
+                f"{key!r} leads out of the store's root {str(self._root)!r} through a "
+                "symbolic link below it: refused"
+            )
 
     def _put_sync(self, path: Path, key: str, body: bytes) -> None:
         self._inside_root(path.parent, key)  # before mkdir: create nothing outside the root
         path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.parent / f".{path.name}.{secrets.token_hex(16)}.tmp"
+        temp = path.parent / _temp_name()
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             with os.fdopen(fd, "wb") as file:
@@ -245,19 +265,40 @@ class FilesystemStore:
             try:
                 os.link(temp, path)
             except FileExistsError:
+                self._check_taken_by_the_same_key(path, key)
                 check_same_bytes(key, self._get_sync(path, key), body)
                 return
         finally:
             temp.unlink(missing_ok=True)
         _fsync_dir(path.parent)
 
+    def _check_taken_by_the_same_key(self, path: Path, key: str) -> None:
+        """A put found its name taken: by this very key's object, or refuse.
+
+        Read only on this path (a retry or a conflict), never on a put that wins.
+        """
+        if path.is_dir() and not path.is_symlink():
+            # As get says: no object there; and none can be, while keys sit under it.
+            raise StoreError(
+                f"cannot write {key!r}: no object, but a folder of other keys "
+                f"({key + '/'!r}...) has its name, and on a filesystem a name is one or the other"
+            )
+        if path.name not in os.listdir(path.parent):
+            stored = _spelt_like(path.name, os.listdir(path.parent))
+            raise ObjectConflictError(
+                f"cannot write {key!r}: this filesystem ignores case or Unicode normalisation, "
+                f"and the key {stored!r} beside it takes its file; keys are case-sensitive"
+            )
+
     def _get_sync(self, path: Path, key: str) -> bytes:
         # Also the bytes a put compares with; a folder or a dangling name is no object.
         try:
             self._inside_root(path, key)
             return path.read_bytes()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        except (FileNotFoundError, NotADirectoryError):
             raise ObjectNotFoundError(f"no object {key!r}") from None
+        except IsADirectoryError:
+            raise ObjectNotFoundError(f"no object {key!r}: a folder of other keys") from None
 
     def _list_sync(self, prefix: str, start_after: str | None) -> builtins.list[str]:
         folder, _, _ = prefix.rpartition("/")
@@ -267,6 +308,15 @@ class FilesystemStore:
         keys: builtins.list[str] = []
         _scan_folder(str(start), folder + "/" if folder else "", prefix, start_after, keys)
         return sorted(keys)
+
+
+def _spelt_like(name: str, names: list[str]) -> str:
+    """The one of ``names`` a case- or normalisation-blind filesystem takes for ``name``."""
+    wanted = unicodedata.normalize("NFD", name).casefold()
+    for other in names:
+        if unicodedata.normalize("NFD", other).casefold() == wanted:
+            return other
+    return name
 
 
 def _scan_folder(
@@ -313,7 +363,11 @@ def _scan_folder(
 
 class _Kind(enum.Enum):
     """An entry as os.walk sees it: a file (a key), a folder to enter, a link to a folder
-    (neither listed nor entered: it could lead outside the root)."""
+    (neither listed nor entered: it could lead outside the root).
+
+    A link to a file is listed as a key, whatever it points to: naming it shows
+    nothing outside, and a get of it then says where it leads (StoreEscapeError)
+    instead of the object going missing without a word."""
 
     FILE = enum.auto()
     FOLDER = enum.auto()

@@ -53,6 +53,7 @@ DESIGN_NAMES = {
     "PageTooLargeError",
     "StoreError",
     "CorruptObjectError",
+    "StoreEscapeError",
     "StoreNotFoundError",
     "StoreAccessDeniedError",
     "StoreUnavailableError",

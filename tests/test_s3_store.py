@@ -294,6 +294,22 @@ async def test_objects_no_key_can_name_are_not_listed(bucket: str, s3_client: An
         assert await store.list("a/") == ["a/b"]
 
 
+async def test_a_key_that_would_pass_s3s_limit_under_the_prefix_is_refused_before_a_call(
+    bucket: str, s3_client: Any
+) -> None:
+    # S3 limits the whole object key to 1024 bytes: the store's prefix counts.
+    with anyio.fail_after(10):
+        store = S3Store(bucket, prefix="runs/r1/", client=s3_client)
+        fits = "/".join(["k" * 200] * 5) + "/" + "k" * (1024 - len("runs/r1/") - 1005)
+        await store.put(fits, b"x", content_type=JSON)
+        assert await store.get(fits) == b"x"
+        with pytest.raises(InvalidKeyError, match="over the 1024"):
+            await store.put(fits + "k", b"x", content_type=JSON)
+        with pytest.raises(InvalidKeyError, match="over the 1024"):
+            await store.get(fits + "k")
+        assert raw_keys(s3_client, bucket) == ["runs/r1/" + fits]
+
+
 async def test_keys_that_need_escaping_round_trip(store: S3Store) -> None:
     with anyio.fail_after(10):
         keys = sorted(["a b/c+d", "e%20f/g?h", "i#j&k=l", "m~n/ö/日本", "o'p\"q", "r;s:t@u"])

@@ -15,8 +15,11 @@ worker threads, which virtual clocks would time out.
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import re
 import tempfile
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,8 @@ from follower import (
     ObjectNotFoundError,
     ObjectStore,
     StoreError,
+    StoreEscapeError,
+    UsageError,
 )
 from follower._stores import list_keys
 from follower.s3 import S3Store
@@ -470,8 +475,11 @@ async def test_put_through_a_symlink_out_of_the_root_is_refused_and_writes_nothi
 ) -> None:
     with anyio.fail_after(10):
         store, outside = escape
-        with pytest.raises(InvalidKeyError):
+        # The key is valid: what the store's folder holds is at fault, so a store error.
+        with pytest.raises(StoreEscapeError) as caught:
             await store.put(key, b"written", content_type=JSON)
+        assert isinstance(caught.value, StoreError)
+        assert not isinstance(caught.value, UsageError)
         # Nothing outside the root: no file, and no folder either.
         assert sorted(p.relative_to(outside).as_posix() for p in outside.rglob("*")) == [
             "secret.txt"
@@ -485,7 +493,7 @@ async def test_get_through_a_symlink_out_of_the_root_is_refused(
 ) -> None:
     with anyio.fail_after(10):
         store, _outside = escape
-        with pytest.raises(InvalidKeyError):
+        with pytest.raises(StoreEscapeError, match="symbolic link"):
             await store.get(key)
 
 
@@ -494,7 +502,7 @@ async def test_put_onto_a_symlink_to_a_file_outside_leaves_that_file_alone(
 ) -> None:
     with anyio.fail_after(10):
         store, outside = escape
-        with pytest.raises((InvalidKeyError, ObjectExistsError)):
+        with pytest.raises(StoreEscapeError):
             await store.put("secret", b"written", content_type=JSON)
         assert (outside / "secret.txt").read_bytes() == b"secret"
 
@@ -524,10 +532,28 @@ async def test_a_root_that_is_a_regular_file_gives_store_errors(tmp_path: Path) 
         assert root.read_bytes() == b"not a folder"
 
 
-async def test_a_name_too_long_for_the_filesystem_gives_store_errors(tmp_path: Path) -> None:
+async def test_a_segment_of_255_bytes_is_stored_and_one_of_256_refused_on_every_store(
+    tmp_path: Path,
+) -> None:
+    # The temporary file's name does not grow with the key's: 255 bytes fit beside it.
     with anyio.fail_after(10):
-        store = FilesystemStore(tmp_path)
-        key = "a/" + "x" * 300
+        for store in (MemoryStore(), FilesystemStore(tmp_path)):
+            longest = "a/" + "é" * 127 + "x"  # 255 bytes of UTF-8
+            await store.put(longest, b"x", content_type=JSON)
+            assert await store.get(longest) == b"x"
+            assert await store.list("a/") == [longest]
+            with pytest.raises(InvalidKeyError, match="255"):
+                await store.put(longest + "x", b"x", content_type=JSON)
+            with pytest.raises(InvalidKeyError, match="1024"):
+                await store.put("/".join(["k" * 200] * 6), b"x", content_type=JSON)
+
+
+async def test_a_path_too_long_for_the_filesystem_gives_store_errors(tmp_path: Path) -> None:
+    # A valid key under a root deep enough that the whole path passes the system's limit.
+    with anyio.fail_after(10):
+        root = tmp_path.joinpath(*["d" * 250] * 14)
+        store = FilesystemStore(root)
+        key = "/".join(["k" * 250] * 4)
         with pytest.raises(StoreError) as caught:
             await store.put(key, b"x", content_type=JSON)
         assert not isinstance(caught.value, ObjectExistsError)
@@ -593,3 +619,72 @@ async def test_list_after_is_the_whole_listing_from_that_point_on(
             whole = await store.list(prefix)
             listed = await store.list(prefix, start_after=start_after)
             assert listed == [k for k in whole if start_after is None or k > start_after]
+
+
+# --- names a folder store cannot tell apart --------------------------------------------
+
+
+async def test_a_put_onto_a_folder_of_keys_agrees_with_get_that_no_object_is_there(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(10):
+        store = FilesystemStore(tmp_path)
+        await store.put("a/b", b"x", content_type=JSON)
+        with pytest.raises(ObjectNotFoundError, match="folder"):
+            await store.get("a")
+        # Not "exists" (nothing is there to be the same bytes or a conflict): the store
+        # cannot hold an object and keys under it at one name.
+        with pytest.raises(StoreError, match="folder of other keys") as caught:
+            await store.put("a", b"x", content_type=JSON)
+        assert not isinstance(caught.value, ObjectExistsError | ObjectNotFoundError)
+        assert await store.list("") == ["a/b"]
+
+
+async def test_a_symlink_that_stays_inside_the_root_is_followed(tmp_path: Path) -> None:
+    with anyio.fail_after(10):
+        store = FilesystemStore(tmp_path)
+        await store.put("real/x", b"x", content_type=JSON)
+        (tmp_path / "alias").symlink_to(tmp_path / "real" / "x")
+        assert await store.get("alias") == b"x"
+        assert "alias" in await store.list("")
+
+
+@pytest.fixture
+def case_blind_links(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``os.link`` behave as on a case-insensitive filesystem (macOS's, Windows').
+
+    Linux has none to test on without mounting one, so only the link, where the
+    filesystem decides that a name is taken, is simulated: a name taken under any
+    spelling that folds to the same is taken. Everything else is the real folder.
+    """
+    real_link = os.link
+
+    def link(source: Any, target: Any) -> None:
+        target = Path(target)
+        folded = unicodedata.normalize("NFD", target.name).casefold()
+        for name in os.listdir(target.parent):
+            if unicodedata.normalize("NFD", name).casefold() == folded:
+                raise FileExistsError(errno.EEXIST, "File exists", str(target))
+        real_link(source, target)
+
+    monkeypatch.setattr(os, "link", link)
+
+
+@pytest.mark.usefixtures("case_blind_links")
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [("turn/Live", "turn/live"), ("turn/caf\u00e9", "turn/cafe\u0301")],
+    ids=["case", "unicode-normalisation"],
+)
+async def test_keys_that_one_file_would_hold_conflict_at_put_even_with_the_same_bytes(
+    tmp_path: Path, first: str, second: str
+) -> None:
+    with anyio.fail_after(10):
+        store = FilesystemStore(tmp_path)
+        await store.put(first, b"x", content_type=JSON)
+        with pytest.raises(ObjectConflictError, match="case-sensitive") as caught:
+            await store.put(second, b"x", content_type=JSON)
+        assert repr(first.split("/")[1]) in str(caught.value)
+        # The first key's own retry is still done, as write-once says.
+        await store.put(first, b"x", content_type=JSON)
+        assert await store.list("turn/") == [first]
