@@ -38,7 +38,9 @@ def live_trajectory_endpoint(card: Mapping[str, Any], a2a_url: str) -> str | Non
     get = methods.get("get") if isinstance(methods, Mapping) else None
     if not isinstance(get, Mapping):
         return None
-    if str(get.get("method", "")).upper() != "POST":
+    method = get.get("method")
+    # Only a string is compared: str() of any JSON value could recurse deep into it.
+    if not isinstance(method, str) or method.upper() != "POST":
         return None
     if not accepts_body(get.get("request"), _CURSOR_READ_FIELDS):
         return None
