@@ -104,13 +104,15 @@ class TurnKeys:
         """
         live = self.live
         start = len(live)
-        if not isinstance(keys, list) or not all(
-            isinstance(key, str) and key.startswith(live) and len(key) > start for key in keys
-        ):
-            strays = [k for k in keys if not (isinstance(k, str) and k.startswith(live))][:1]
+        if not isinstance(keys, list):
             raise CorruptObjectError(
-                f"listing {live!r} gave what is not a key under it: {strays or keys!r:.200}"
+                f"listing {live!r} gave a {type(keys).__name__}, not a list of keys"
             )
+        for key in keys:
+            if not (isinstance(key, str) and key.startswith(live) and len(key) > start):
+                raise CorruptObjectError(
+                    f"listing {live!r} gave what is not a key under it: {key!r:.200}"
+                )
         return [key[start:] for key in keys]
 
 
@@ -180,7 +182,7 @@ def encode_events(events: tuple[Any, ...]) -> bytes:
 def decode_events(body: bytes, key: str) -> list[Any]:
     """A chunk's events, one JSON value a line; :class:`CorruptObjectError` for anything else.
 
-    Lines end with ``\n``; blank lines are skipped. The body must be UTF-8, and
+    Lines end with ``\\n``; blank lines are skipped. The body must be UTF-8, and
     no line may nest deeper than :data:`~follower._nesting.MAX_JSON_DEPTH`.
     """
     data = _stored_bytes(body, key, "stored chunk")

@@ -277,17 +277,19 @@ class FilesystemStore:
 
         Read only on this path (a retry or a conflict), never on a put that wins.
         """
-        if path.is_dir() and not path.is_symlink():
+        names = os.listdir(path.parent)
+        if path.name not in names:
+            raise ObjectConflictError(
+                f"cannot write {key!r}: this filesystem ignores case or Unicode normalisation, "
+                f"and the name {_spelt_like(path.name, names)!r} beside it takes its file; "
+                "keys are case-sensitive"
+            )
+        self._inside_root(path, key)
+        if path.is_dir():
             # As get says: no object there; and none can be, while keys sit under it.
             raise StoreError(
                 f"cannot write {key!r}: no object, but a folder of other keys "
                 f"({key + '/'!r}...) has its name, and on a filesystem a name is one or the other"
-            )
-        if path.name not in os.listdir(path.parent):
-            stored = _spelt_like(path.name, os.listdir(path.parent))
-            raise ObjectConflictError(
-                f"cannot write {key!r}: this filesystem ignores case or Unicode normalisation, "
-                f"and the key {stored!r} beside it takes its file; keys are case-sensitive"
             )
 
     def _get_sync(self, path: Path, key: str) -> bytes:

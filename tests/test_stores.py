@@ -688,3 +688,17 @@ async def test_keys_that_one_file_would_hold_conflict_at_put_even_with_the_same_
         # The first key's own retry is still done, as write-once says.
         await store.put(first, b"x", content_type=JSON)
         assert await store.list("turn/") == [first]
+
+
+async def test_a_put_onto_a_link_to_a_folder_inside_the_root_is_a_folder_too(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(10):
+        store = FilesystemStore(tmp_path)
+        await store.put("real/x", b"x", content_type=JSON)
+        (tmp_path / "alias").symlink_to(tmp_path / "real", target_is_directory=True)
+        with pytest.raises(StoreError, match="folder of other keys") as caught:
+            await store.put("alias", b"x", content_type=JSON)
+        assert not isinstance(caught.value, ObjectExistsError | ObjectNotFoundError)
+        with pytest.raises(ObjectNotFoundError):
+            await store.get("alias")
