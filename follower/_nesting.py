@@ -3,17 +3,19 @@
 Python's ``json`` decoder recurses once per ``[`` or ``{``: a document a few
 thousand levels deep raises a bare ``RecursionError`` from whatever code
 decodes it (and a deep value recurses again wherever it is compared or
-encoded). So every JSON document that comes from outside the process (a stored
-object, each line of a stored chunk, and an agent's page) is measured first,
-on its bytes, and one deeper than :data:`MAX_JSON_DEPTH` is refused by its
-caller with a typed error, long before any recursion limit (Python's, or a
-worker thread's small C stack) is near.
+encoded). So a JSON document that comes from outside the process (a stored
+object, each line of a stored chunk; an agent's page is meant to be next) is
+measured first, on its bytes, and one deeper than :data:`MAX_JSON_DEPTH` is
+refused by its caller with a typed error, long before any recursion limit
+(Python's, or a worker thread's small C stack) is near.
 
-Measuring costs two ``bytes.count`` calls a document in the common case: a
+Measuring a small document costs two ``bytes.count`` calls in the common case: a
 document with no more than :data:`MAX_JSON_DEPTH` brackets cannot nest
-deeper. Only a document with more brackets is scanned, at C speed: its
-strings dropped (a bracket inside a string is no nesting), then the running
-count of what is left.
+deeper. A larger one is scanned: its structure kept (one ``bytes.translate``),
+its strings dropped (a bracket inside a string is no nesting), then its
+innermost pairs, level by level. That costs about a fifth of decoding a page
+of 1,000 small events (70 us against 350 on Python 3.11), and nothing more for
+the lines of a chunk, which are measured by one pass over the whole chunk.
 """
 
 from __future__ import annotations
@@ -26,20 +28,29 @@ from itertools import accumulate
 # down, so an event may nest 126 levels in a page, 128 on its own line of a chunk).
 MAX_JSON_DEPTH = 128
 
-_NOT_BRACKET = bytes(c for c in range(256) if c not in b"[]{}")
+# Below this size two counts are cheaper than a pass that keeps only the structure.
+_SMALL = 4096
+# Passes that drop innermost pairs before a running count takes over (a bound on the
+# work a hostile document costs: a pass per level would be quadratic).
+_PASSES = 8
+_RUN_PAST_LIMIT = b"(" * (MAX_JSON_DEPTH + 1)
+_STEP = tuple(1 if c == ord("(") else -1 if c == ord(")") else 0 for c in range(256))
+# Openers become "(", closers ")", quotes stay, everything else goes.
+_AS_PARENTHESES = bytes.maketrans(b"[{]}", b"(())")
+_NOT_STRUCTURE = bytes(c for c in range(256) if c not in b'[]{}"')
 _NOT_OPENER_OR_NEWLINE = bytes(c for c in range(256) if c not in b"[{\n")
-_STEP = tuple(1 if c in b"[{" else -1 if c in b"]}" else 0 for c in range(256))
-# Once escapes are gone, a string is a quote, anything but a quote, a quote: no backtracking.
-_STRING = re.compile(rb'"[^"]*"')
 # More openers on one line than the limit: only such a line can nest deeper than it.
 _LONG_LINE = re.compile(rb"[^\n]{%d}" % (MAX_JSON_DEPTH + 1))
 
 
 def nests_too_deep(document: bytes) -> bool:
     """Whether one JSON document nests deeper than :data:`MAX_JSON_DEPTH` levels."""
-    if document.count(b"[") + document.count(b"{") <= MAX_JSON_DEPTH:
+    if len(document) <= _SMALL and document.count(b"[") + document.count(b"{") <= MAX_JSON_DEPTH:
         return False
-    return json_depth(document) > MAX_JSON_DEPTH
+    marks = _structure(document)
+    if len(marks) - marks.count(b'"') <= MAX_JSON_DEPTH:
+        return False
+    return _depth(marks) > MAX_JSON_DEPTH
 
 
 def too_deep_lines(body: bytes) -> list[int]:
@@ -61,10 +72,42 @@ def too_deep_lines(body: bytes) -> list[int]:
 def json_depth(document: bytes) -> int:
     """How deep the decoder would recurse into ``document``, strings not counted.
 
-    Exact for valid JSON. For invalid JSON it may count more than the decoder
-    reaches before it fails, never less: refusing by it lets no deep document through.
+    Exact for valid JSON up to :data:`MAX_JSON_DEPTH`; a deeper document gives
+    some number above it (counting further would only cost time). For invalid
+    JSON it may count more than the decoder reaches before it fails, never
+    less: refusing by it lets no deep document through. Linear time, all at C
+    speed but for a running count of what is left after the first levels.
     """
-    # Escaped backslashes first, then escaped quotes: every quote left opens or closes a string.
-    plain = document.replace(b"\\\\", b"").replace(b'\\"', b"")
-    brackets = _STRING.sub(b"", plain).translate(None, _NOT_BRACKET)
-    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
+    return _depth(_structure(document))
+
+
+def _structure(document: bytes) -> bytes:
+    """Only the structure of ``document``: "(" for an opener, ")" for a closer, and quotes."""
+    if b"\\" in document:
+        # Escaped backslashes first, then escaped quotes: every quote left opens or closes a string.
+        document = document.replace(b"\\\\", b"").replace(b'\\"', b"")
+    return document.translate(_AS_PARENTHESES, _NOT_STRUCTURE)
+
+
+def _depth(marks: bytes) -> int:
+    # Two quotes with no bracket between them drop out whichever string they end or begin:
+    # no structure is lost, and the quotes after them keep their parity.
+    marks = marks.replace(b'""', b"")
+    if b'"' in marks:  # strings that hold brackets: keep what lies between strings
+        marks = b"".join(marks.split(b'"')[::2])
+    if _RUN_PAST_LIMIT in marks:  # the plainest attack, found in one pass
+        return len(_RUN_PAST_LIMIT)
+    # Each pass drops the innermost pairs: a page of events is gone in three or four.
+    levels = 0
+    while levels < _PASSES and b"()" in marks:
+        marks = marks.replace(b"()", b"")
+        levels += 1
+    if b"()" not in marks:
+        # Whatever did not pair up: closers first, then openers never closed, a level each.
+        return levels + marks.count(b"(")
+    # Deeper still. A run of openers past the limit settles it at once (the common
+    # attack: one long run, or one the passes have laid bare); else the running count of
+    # what is left (the levels dropped sit below it).
+    if _RUN_PAST_LIMIT in marks:
+        return levels + len(_RUN_PAST_LIMIT)
+    return levels + max(accumulate(map(_STEP.__getitem__, marks)))

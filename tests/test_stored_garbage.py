@@ -107,9 +107,27 @@ def test_closers_hidden_in_strings_cannot_mask_depth() -> None:
     # Each level opens 100 lists and holds a string of 100 closers: blind counting
     # would never pass 100; the real depth is 100 x 5.
     level = b"[" * 100 + b'"' + b"]" * 100 + b'",'
-    document = level * 5 + b"0" + b"]" * 500
-    assert json_depth(document) == 500
+    document = level * 5 + b"0" + b"]" * 500  # 500 levels: too deep to decode and check here
+    assert json_depth(document) > MAX_JSON_DEPTH
     assert nests_too_deep(document)
+    # Below the limit the count is exact: 25 levels of 4.
+    level = b"[" * 25 + b'"' + b"]" * 25 + b'",'
+    document = level * 4 + b"0" + b"]" * 100
+    assert json_loads_depth(document) == json_depth(document) == 100
+    assert not nests_too_deep(document)
+
+
+def json_loads_depth(document: bytes) -> int:
+    """The depth of what json.loads makes of ``document`` (shallow enough to decode)."""
+
+    def depth(v: Any) -> int:
+        if isinstance(v, list):
+            return 1 + max(map(depth, v), default=0)
+        if isinstance(v, dict):
+            return 1 + max(map(depth, v.values()), default=0)
+        return 0
+
+    return depth(json.loads(document))
 
 
 @given(
@@ -130,6 +148,66 @@ def test_the_depth_of_any_json_value_is_its_nesting(value: Any) -> None:
 
     for text in (json.dumps(value), json.dumps(value, ensure_ascii=False)):
         assert json_depth(text.encode()) == depth(value)
+
+
+nasty_strings = st.text(alphabet='[]{}"\\ab', max_size=6)
+
+
+@st.composite
+def near_the_limit(draw: st.DrawFn) -> Any:
+    """A value nested 100 to 160 levels, with bracket-laden strings and siblings on the way."""
+    value: Any = draw(nasty_strings)
+    for _ in range(draw(st.integers(100, 160))):
+        siblings = draw(st.lists(nasty_strings | st.just([[]]), max_size=2))
+        value = draw(st.sampled_from([[*siblings, value], {"k": value, "s": siblings}]))
+    return value
+
+
+@given(near_the_limit())
+def test_near_the_limit_the_verdict_is_exact(value: Any) -> None:
+    depth = depth_of(value)
+    for text in (json.dumps(value), json.dumps(value, ensure_ascii=False, indent=1)):
+        assert json_depth_of_text(text) == depth  # the slow oracle agrees with the value
+        assert nests_too_deep(text.encode()) == (depth > MAX_JSON_DEPTH)
+        if depth <= MAX_JSON_DEPTH:
+            assert json_depth(text.encode()) == depth
+        else:
+            assert json_depth(text.encode()) > MAX_JSON_DEPTH
+
+
+def depth_of(value: Any) -> int:
+    """Nesting of a decoded value, without recursion (the values here are deep)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, level = stack.pop()  # level: the containers around item
+        if isinstance(item, list | dict):
+            deepest = max(deepest, level + 1)
+            stack.extend(
+                (v, level + 1) for v in (item.values() if isinstance(item, dict) else item)
+            )
+    return deepest
+
+
+def json_depth_of_text(text: str) -> int:
+    """The nesting of ``text`` by a plain character scan, strings skipped: the slow oracle."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 # --- deep objects, from the reader and from entering a turn ---------------------------
