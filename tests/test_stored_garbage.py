@@ -326,7 +326,11 @@ async def test_a_get_that_returns_no_bytes_is_corrupt(body: object) -> None:
         await read_all(store)
 
 
-@pytest.mark.parametrize("stray", ["elsewhere/x", 7, ""], ids=["other-folder", "int", "empty"])
+@pytest.mark.parametrize(
+    "stray",
+    ["elsewhere/x", "step/t1/live0", KEYS.live, "step/t1/livex/y", 7, ""],
+    ids=["other-folder", "next-folder", "the-folder-itself", "longer-folder", "int", "empty"],
+)
 async def test_a_listing_of_keys_outside_the_folder_is_corrupt(stray: object) -> None:
     store = await stored_turn(store=GarbageStore(strays=[stray]))
     with pytest.raises(CorruptObjectError, match="not a key under it"):
