@@ -23,7 +23,7 @@
     │   │   └── ObjectConflictError      ... with other bytes than the put's
     │   ├── ObjectNotFoundError      the key is not written
     │   ├── CorruptObjectError       a stored object cannot be parsed
-│   ├── StoreEscapeError         a symbolic link in a folder store leads out of its root
+    │   ├── StoreEscapeError         a symbolic link in a folder store leads out of its root
     │   ├── StoreNotFoundError       the store itself is missing: no such bucket
     │   ├── StoreAccessDeniedError   the store refused our credentials (403)
     │   └── StoreUnavailableError    unreachable, timed out, or 5xx after retries
