@@ -7,6 +7,7 @@ way of reading runs on asyncio and on trio:
 
 - ``raw``: a canned request and a hand-split response over anyio streams (the floor);
 - ``h11``: h11 over the same anyio streams;
+- ``lean codec``: the library's own HTTP/1.1 codec (``follower._http11``) over them;
 - ``httpx default``: ``httpx.AsyncClient().post`` on httpx's default transport (httpcore);
 - ``httpx + ours``: ``httpx.AsyncClient(transport=AgentTransport(...)).post``;
 - ``read_page default``: the library's ``read_page`` on httpx's default transport;
@@ -38,6 +39,7 @@ import httpx
 
 from follower._clients import ClientPool, _shared_ssl_context
 from follower._exchange import read_page
+from follower._http11 import END, NEED_DATA, RequestWriter, ResponseParser
 from follower._transport import AgentTransport
 
 TASK_ID = "t1"
@@ -55,7 +57,15 @@ PAGE = json.dumps(
 ).encode()
 REQUEST_BODY = json.dumps({"task_id": TASK_ID, "after": 0}, separators=(",", ":")).encode()
 PATH = "/ext/trajectory"
-WAYS = ("raw", "h11", "httpx default", "httpx + ours", "read_page default", "read_page + ours")
+WAYS = (
+    "raw",
+    "h11",
+    "lean codec",
+    "httpx default",
+    "httpx + ours",
+    "read_page default",
+    "read_page + ours",
+)
 
 
 # --- the lean server (a child process, plain asyncio) ---------------------------------
@@ -165,6 +175,32 @@ class _H11(_Raw):
                 return b"".join(parts)
 
 
+class _LeanCodec(_Raw):
+    """The library's codec over the same streams: what its transport parses with."""
+
+    async def read(self) -> bytes:
+        headers = [
+            (b"host", f"127.0.0.1:{self.port}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(REQUEST_BODY)).encode()),
+        ]
+        writer = RequestWriter(b"POST", PATH.encode(), headers)
+        await self.stream.send(writer.whole(REQUEST_BODY))
+        parser = ResponseParser()
+        while parser.next_head() is None:
+            parser.feed(await self.stream.receive())
+        parts = []
+        while True:
+            piece = parser.next_body()
+            if piece is NEED_DATA:
+                parser.feed(await self.stream.receive())
+            elif piece is END:
+                assert parser.reusable
+                return b"".join(parts)
+            else:
+                parts.append(piece)
+
+
 class _Httpx:
     """``client.post``, on httpx's default transport or on ours."""
 
@@ -208,6 +244,8 @@ def _way(name: str, port: int) -> Any:
         return _Raw(port)
     if name == "h11":
         return _H11(port)
+    if name == "lean codec":
+        return _LeanCodec(port)
     if name == "httpx default":
         return _Httpx(port, None)
     if name == "httpx + ours":

@@ -7,10 +7,8 @@ which is not the agent's fault and must never count as a failed read of it.
 
 from __future__ import annotations
 
-import email.utils
 import functools
-import time
-from contextlib import aclosing, asynccontextmanager
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
@@ -25,7 +23,7 @@ from ._errors import (
     TaskNotFoundError,
 )
 from ._options import DEFAULT_MAX_PAGE_BYTES, DEFAULT_READ_TIMEOUT_SECONDS
-from ._transport import AgentClient
+from ._transport import BODY_EXTENSION, AgentClient, ResponseBody
 from ._wire import Page
 
 if TYPE_CHECKING:
@@ -36,24 +34,6 @@ if TYPE_CHECKING:
 POOL_WAIT_SECONDS = 5.0
 # Error bodies are plain text, read for their first line; a proxy's page may be long.
 _ERROR_BODY_BYTES = 64 * 1024
-# "Later", not "no": a proxy's request timeout (408) and throttling (429) are
-# retried like a 5xx, and their Retry-After honoured (docs/protocol.md, read rules).
-RETRY_LATER_STATUSES = frozenset({408, 429})
-
-
-class ErrorBody(bytes):
-    """An error answer's body (cut short), with the one header a caller acts on.
-
-    A ``bytes``, so ``exchange()`` still returns ``(status, body)``; ``retry_after``
-    is the answer's raw ``Retry-After`` value, or None.
-    """
-
-    retry_after: str | None
-
-    def __new__(cls, body: bytes, *, retry_after: str | None) -> ErrorBody:
-        made = super().__new__(cls, body)
-        made.retry_after = retry_after
-        return made
 
 
 async def read_page(
@@ -76,7 +56,7 @@ async def read_page(
         what=f"read of task {task_id!r}",
     )
     if status != 200:
-        raise _status_error(status, body, task_id, endpoint)
+        raise _status_error(status, body.decode(errors="replace"), task_id, endpoint)
     return Page.from_json(body, task_id=task_id, after=after)
 
 
@@ -100,45 +80,61 @@ async def exchange(
     Raises :class:`~follower.AgentUnavailableError` for every transport failure or
     timeout, and :class:`~follower.PoolBusyError` when our own pool had no connection in time.
     """
-    request = client.build_request(
-        method,
-        _parsed_url(url),
-        json=json_body,
-        headers={"accept-encoding": "identity"},
-        timeout=httpx.Timeout(timeout_seconds, pool=POOL_WAIT_SECONDS),
-    )
-    if isinstance(client, AgentClient):
+    timeout = _timeout(timeout_seconds)
+    deadline: anyio.CancelScope | None = None
+    if isinstance(client, AgentClient) and json_body is not None:
         # The library's transport bounds the whole exchange by the timeout, raising
         # httpx's timeouts, and has no pool to wait for: nothing more to add.
-        deadline = anyio.CancelScope()
+        request = client.build_json_request(
+            method, _parsed_url(url), json_body, headers=_IDENTITY, timeout=timeout
+        )
     else:
-        deadline = _bounded_by_traces(request, timeout_seconds)
+        request = client.build_request(
+            method, _parsed_url(url), json=json_body, headers=_IDENTITY, timeout=timeout
+        )
+        if not isinstance(client, AgentClient):
+            deadline = _bounded_by_traces(request, timeout_seconds)
     try:
+        if deadline is None:
+            return await _send_capped(client, request, max_body_bytes, f"{what} at {url}")
         with deadline:
-            async with _sent(client, request) as response:
-                if response.headers.get("content-encoding", "identity").lower() != "identity":
-                    raise PageNotAnObjectError(
-                        f"{what} at {url}: the body is "
-                        f"{response.headers['content-encoding']}-encoded, identity was asked"
-                    )
-                status = response.status_code
-                raw = isinstance(client, AgentClient)
-                if status == 200:
-                    body = await _read_capped(response, max_body_bytes, raw=raw)
-                else:
-                    body = ErrorBody(
-                        await _read_capped(response, _ERROR_BODY_BYTES, cut=True, raw=raw),
-                        retry_after=response.headers.get("retry-after"),
-                    )
+            return await _send_capped(client, request, max_body_bytes, f"{what} at {url}")
     except httpx.PoolTimeout as exc:
         raise PoolBusyError(f"no free connection to {url} in {POOL_WAIT_SECONDS} s") from exc
     except httpx.TimeoutException as exc:
         raise AgentUnavailableError(f"{what} at {url} timed out after {timeout_seconds} s") from exc
     except httpx.TransportError as exc:
         raise AgentUnavailableError(f"{what} at {url} failed: {type(exc).__name__}: {exc}") from exc
-    if deadline.cancelled_caught:
-        raise AgentUnavailableError(f"{what} at {url} took over {timeout_seconds} s")
-    return status, body
+    # Only the deadline's own cancel, caught by its scope, ends up here.
+    raise AgentUnavailableError(f"{what} at {url} took over {timeout_seconds} s")
+
+
+# Asked of every request: the bytes counted against the cap are the bytes held.
+_IDENTITY = {"accept-encoding": "identity"}
+
+
+@functools.lru_cache(maxsize=64)
+def _timeout(timeout_seconds: float) -> httpx.Timeout:
+    # Built once per value (a Timeout is never changed once made).
+    return httpx.Timeout(timeout_seconds, pool=POOL_WAIT_SECONDS)
+
+
+async def _send_capped(
+    client: httpx.AsyncClient, request: httpx.Request, max_body_bytes: int, what: str
+) -> tuple[int, bytes]:
+    response = await client.send(request, stream=True)
+    try:
+        if response.headers.get("content-encoding", "identity").lower() != "identity":
+            raise PageNotAnObjectError(
+                f"{what}: the body is "
+                f"{response.headers['content-encoding']}-encoded, identity was asked"
+            )
+        status = response.status_code
+        if status == 200:
+            return status, await _read_capped(response, max_body_bytes)
+        return status, await _read_capped(response, _ERROR_BODY_BYTES, cut=True)
+    finally:
+        await response.aclose()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -166,15 +162,6 @@ def _bounded_by_traces(request: httpx.Request, timeout_seconds: float) -> anyio.
 
     request.extensions["trace"] = on_trace
     return deadline
-
-
-@asynccontextmanager
-async def _sent(client: httpx.AsyncClient, request: httpx.Request) -> AsyncIterator[httpx.Response]:
-    response = await client.send(request, stream=True)
-    try:
-        yield response
-    finally:
-        await response.aclose()
 
 
 class _BodyStream(httpx.AsyncByteStream):
@@ -206,22 +193,25 @@ class _Once:
         return chunk
 
 
-async def _read_capped(
-    response: httpx.Response, limit: int, *, cut: bool = False, raw: bool = False
-) -> bytes:
+async def _read_capped(response: httpx.Response, limit: int, *, cut: bool = False) -> bytes:
     declared = response.headers.get("content-length")
     if not cut and declared is not None and declared.isdigit() and int(declared) > limit:
         raise PageTooLargeError(f"page of {declared} bytes is over the {limit}-byte cap")
+    # Not decoded: non-identity encodings were refused, so the bytes counted are the
+    # bytes held. The library's transport hands out its body to be read whole, with
+    # no generator between (unless a hook read it already).
+    body = response.extensions.get(BODY_EXTENSION)
+    if isinstance(body, ResponseBody) and not response.is_stream_consumed:
+        data, complete = await body.read_within(limit)
+        if not complete and not cut:
+            raise PageTooLargeError(f"page is over the {limit}-byte cap; not loaded")
+        return data
     parts: list[bytes] = []
     size = 0
-    # Not decoded: non-identity encodings were refused, so the bytes counted are the
-    # bytes held. A body cut short leaves httpx's nested generators to the garbage
-    # collector (trio warns, when ResourceWarnings are shown): only pages over the
-    # cap and error bodies over 64 KiB are cut short. On the library's transport
-    # (``raw``) the response's own stream is read: at most one generator, the
-    # client's wrapper around the transport's plain iterator, closed here.
-    body = cast("httpx.AsyncByteStream", response.stream) if raw else response.aiter_bytes()
-    async with aclosing(cast("AsyncGenerator[bytes]", aiter(body))) as chunks:
+    # A body cut short leaves httpx's nested generators to the garbage collector
+    # (trio warns, when ResourceWarnings are shown): only pages over the cap and
+    # error bodies over 64 KiB are cut short.
+    async with aclosing(cast("AsyncGenerator[bytes]", response.aiter_bytes())) as chunks:
         async for chunk in chunks:
             size += len(chunk)
             if size > limit:
@@ -233,39 +223,13 @@ async def _read_capped(
     return b"".join(parts)
 
 
-def _status_error(status: int, body: bytes, task_id: str, endpoint: str) -> Exception:
-    text = body.decode(errors="replace")
+def _status_error(status: int, text: str, task_id: str, endpoint: str) -> Exception:
     detail = text.strip().splitlines()[0][:200] if text.strip() else "(no body)"
     if status == 404:
         return TaskNotFoundError(f"agent at {endpoint} does not know task {task_id!r}: {detail}")
-    if status >= 500 or status in RETRY_LATER_STATUSES:
-        return AgentUnavailableError(
-            f"agent at {endpoint} answered {status}: {detail}",
-            status_code=status,
-            retry_after_seconds=retry_after_seconds(getattr(body, "retry_after", None)),
-        )
+    if status >= 500:
+        return AgentUnavailableError(f"agent at {endpoint} answered {status}: {detail}")
     return AgentRefusedError(
         f"agent at {endpoint} refused the read of task {task_id!r} with {status}: {detail}",
         status_code=status,
     )
-
-
-def retry_after_seconds(value: str | None, *, now: float | None = None) -> float | None:
-    """The delay a ``Retry-After`` value asks for: delta-seconds or an HTTP date (RFC 9110).
-
-    None for a missing or unreadable value; a date in the past is 0. ``now``
-    (wall-clock seconds) is for tests; the follower caps what it honours.
-    """
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isascii() and value.isdigit():
-        return float(int(value[:12]))  # over 30,000 years is as good as the cap
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        return None  # an HTTP date is in GMT; a date without a zone is not one
-    wall = time.time() if now is None else now
-    return max(0.0, when.timestamp() - wall)

@@ -4,9 +4,11 @@ httpx's default transport (httpcore) spends most of a small read in its pool and
 stream machinery. A follower needs far less: it has at most one request in flight,
 so each request takes a connection of its own, from a per-origin stack of idle
 keep-alive connections or newly opened, and never waits for another's. The
-exchange is parsed with h11 and bounded as a whole (connect, send, headers and
-body) by the request's timeout. Failures are httpx's own exception types, so code
-written for httpx behaves the same on either transport.
+exchange is framed and parsed by the library's own strict HTTP/1.1 codec
+(:mod:`follower._http11`; h11 cost more than the socket work) and bounded as a
+whole (connect, send, headers and body) by the request's timeout. Failures are
+httpx's own exception types, so code written for httpx behaves the same on
+either transport.
 
 Deliberately absent: proxies (the client falls back to httpx's transport when the
 environment names one), HTTP/2, decoding (the caller reads the bytes it was sent),
@@ -16,14 +18,18 @@ server, and an A2A ``message/send`` must never be sent twice.
 
 from __future__ import annotations
 
+import json
 import select
 import ssl
+import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-import h11
+import attrs
 import httpx
+
+from ._http11 import END, NEED_DATA, RequestWriter, ResponseHead, ResponseParser
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -34,6 +40,7 @@ if TYPE_CHECKING:
 # after a few seconds (hypercorn and uvicorn 5 s, gunicorn 2 s), and a request sent
 # into one the server is closing fails. httpx's own default is the same 5 s; a
 # server that closes sooner is caught by the readability check before reuse.
+# Idle time is measured on the real (monotonic) clock, as the sockets are real.
 IDLE_EXPIRY_SECONDS = 5.0
 # Reads off the socket; a page of a few KiB arrives in one.
 _RECEIVE_BYTES = 65536
@@ -46,7 +53,7 @@ class AgentTransport(httpx.AsyncBaseTransport):
 
     ``ssl_context`` verifies servers for ``https`` URLs (SNI and the hostname are
     checked against the URL's host). A connection is reused only after a complete
-    exchange that h11 says may continue; one that broke, was cut short, or said
+    exchange its parser says may continue; one that broke, was cut short, or said
     ``Connection: close`` is closed. :meth:`aclose` closes the idle connections; a
     connection in use is closed when its response is.
     """
@@ -69,6 +76,8 @@ class AgentTransport(httpx.AsyncBaseTransport):
         if scheme not in _DEFAULT_PORTS:
             raise httpx.UnsupportedProtocol(f"unsupported URL scheme {url.scheme!r}")
         origin = (scheme, url.raw_host, url.port or _DEFAULT_PORTS[scheme])
+        # Checked before a connection is taken: a request that cannot be sent uses none.
+        writer = RequestWriter(request.method.encode("ascii"), url.raw_path, request.headers.raw)
         deadline, connect_deadline = _deadlines(request.extensions.get("timeout"))
         connection = await self._idle_connection(origin)
         if connection is None:
@@ -76,15 +85,20 @@ class AgentTransport(httpx.AsyncBaseTransport):
                 origin, self._ssl_context, min(deadline, connect_deadline)
             )
         try:
-            event = await connection.exchange(request, deadline)
+            head = await connection.exchange(request, writer, deadline)
         except BaseException:
             await connection.close()
             raise
+        body = ResponseBody(self, connection, deadline)
         return httpx.Response(
-            event.status_code,
-            headers=event.headers,
-            stream=_ResponseBody(self, connection, deadline),
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": event.reason},
+            head.status,
+            headers=head.headers,
+            stream=body,
+            extensions={
+                "http_version": head.http_version,
+                "reason_phrase": head.reason,
+                BODY_EXTENSION: body,
+            },
         )
 
     async def aclose(self) -> None:
@@ -98,7 +112,7 @@ class AgentTransport(httpx.AsyncBaseTransport):
         stack = self._idle.get(origin)
         if not stack:
             return None
-        now = anyio.current_time()
+        now = time.monotonic()
         # The oldest sit at the bottom of the stack; drop one a call once expired,
         # so a burst of connections does not linger after the burst.
         if len(stack) > 1 and not stack[0].reusable(now, self._idle_expiry_seconds):
@@ -117,7 +131,7 @@ class AgentTransport(httpx.AsyncBaseTransport):
         """
         if self._closed:
             return False
-        connection.idle_since = anyio.current_time()
+        connection.idle_since = time.monotonic()
         self._idle.setdefault(connection.origin, []).append(connection)
         return True
 
@@ -127,6 +141,12 @@ class AgentClient(httpx.AsyncClient):
 
     Callers that bound an exchange themselves (with trace hooks, as httpcore's
     pool wait must be told from the read) can skip that on this client.
+
+    A follower's read is a few tens of microseconds of HTTP, and httpx's client
+    layer (building the request, the auth and redirect loops) cost more than
+    that. So :meth:`build_json_request` and :meth:`send` take shorter paths that
+    give the same request and response wherever nothing needs the long ones:
+    client headers, cookies, auth and event hooks apply as on any client.
     """
 
     def __init__(self, transport: AgentTransport, **kwargs: Any) -> None:
@@ -134,6 +154,119 @@ class AgentClient(httpx.AsyncClient):
         # httpx extracts cookies from every response through http.cookiejar, about
         # a tenth of a small read; agents rarely set any, so skip it when none is set.
         self._cookies = _CookiesWhenSet(self._cookies)
+        self._merged: tuple[object, list[tuple[bytes, bytes]], _Merged] | None = None
+
+    def build_json_request(
+        self,
+        method: str,
+        url: httpx.URL,
+        json_body: Any,
+        *,
+        headers: dict[str, str],
+        timeout: httpx.Timeout,
+    ) -> httpx.Request:
+        """``build_request(method, url, json=json_body, headers=..., timeout=...)``, cheaper.
+
+        The same request, field for field and in the same order: the client's
+        headers merged with ``headers``, then ``Host`` in front and the body's
+        ``Content-Length`` and ``Content-Type`` behind, unless already there. Where
+        the client holds cookies or params, or the URL is relative, httpx builds it.
+        """
+        if self.cookies or self.params or url.is_relative_url:
+            return self.build_request(method, url, json=json_body, headers=headers, timeout=timeout)
+        merged = self._merged_headers(headers)
+        if merged.content_length:  # a client-wide Content-Length: httpx's to honour
+            return self.build_request(method, url, json=json_body, headers=headers, timeout=timeout)
+        body = _JSON.encode(json_body).encode("utf-8")
+        fields = [(b"Host", url.netloc), *merged.fields] if not merged.host else [*merged.fields]
+        fields.append((b"Content-Length", str(len(body)).encode("ascii")))
+        if not merged.content_type:
+            fields.append((b"Content-Type", b"application/json"))
+        request = httpx.Request(
+            method,
+            url,
+            headers=fields,
+            stream=httpx.ByteStream(body),
+            extensions={"timeout": timeout.as_dict()},
+        )
+        request.read()  # as for json=: the body is there to read again
+        return request
+
+    def _merged_headers(self, headers: dict[str, str]) -> _Merged:
+        # Merged as httpx merges them (the request's replace the client's, at the
+        # end), once for as long as the client's headers stay the same.
+        current = self.headers.raw
+        cached = self._merged
+        if cached is not None and cached[0] is headers and cached[1] == current:
+            return cached[2]
+        merged_headers = httpx.Headers(self.headers)
+        merged_headers.update(headers)
+        merged = _Merged(
+            merged_headers.raw,
+            host="host" in merged_headers,
+            content_length="content-length" in merged_headers
+            or "transfer-encoding" in merged_headers,
+            content_type="content-type" in merged_headers,
+        )
+        self._merged = (headers, current, merged)
+        return merged
+
+    async def send(
+        self,
+        request: httpx.Request,
+        *,
+        stream: bool = False,
+        auth: Any = httpx.USE_CLIENT_DEFAULT,
+        follow_redirects: Any = httpx.USE_CLIENT_DEFAULT,
+    ) -> httpx.Response:
+        """httpx's ``send``; straight to the transport when no auth, hook or redirect applies.
+
+        httpx's auth and redirect loops (an async generator and two coroutines a
+        request) do nothing then; what they would set on the response is set here.
+        """
+        if (
+            auth is not httpx.USE_CLIENT_DEFAULT
+            or self._auth is not None
+            or (
+                self.follow_redirects
+                if follow_redirects is httpx.USE_CLIENT_DEFAULT
+                else follow_redirects
+            )
+            or self._event_hooks["request"]
+            or self._event_hooks["response"]
+            or self.is_closed
+            or request.url.userinfo  # httpx turns it into basic auth
+        ):
+            return await super().send(
+                request, stream=stream, auth=auth, follow_redirects=follow_redirects
+            )
+        self._state = type(self._state).OPENED  # as httpx's send: no `async with` after
+        self._set_timeout(request)
+        response = await self._send_single_request(request)
+        try:
+            response.history = []
+            if response.has_redirect_location:
+                response.next_request = self._build_redirect_request(request, response)
+            if not stream:
+                await response.aread()
+        except BaseException:
+            await response.aclose()
+            raise
+        return response
+
+
+@attrs.frozen
+class _Merged:
+    """A client's headers merged with a request's, and which of the body's are set."""
+
+    fields: list[tuple[bytes, bytes]]
+    host: bool
+    content_length: bool
+    content_type: bool
+
+
+# The bytes httpx's json= sends (its encoder's options), from one encoder reused.
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 class _CookiesWhenSet(httpx.Cookies):
@@ -157,21 +290,22 @@ def _deadlines(timeout: Any) -> tuple[float, float]:
     now = anyio.current_time()
     connect, write, read = timeout.get("connect"), timeout.get("write"), timeout.get("read")
     # No read timeout asks for a read that may take as long as it takes.
-    whole = _NEVER if read is None else now + max(t for t in (connect, write, read) if t)
+    whole = _NEVER if read is None else now + max(connect or 0.0, write or 0.0, read)
     return whole, (_NEVER if connect is None else now + connect)
 
 
 class _Connection:
-    """One HTTP/1.1 connection and its h11 state; used by one request at a time."""
+    """One HTTP/1.1 connection and its exchange's parser; used by one request at a time."""
 
-    __slots__ = ("fileno", "h11", "idle_since", "origin", "stream")
+    __slots__ = ("idle_since", "origin", "parser", "poller", "stream")
 
     def __init__(self, origin: Origin, stream: anyio.abc.ByteStream) -> None:
         self.origin = origin
         self.stream = stream
         raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
-        self.fileno = -1 if raw is None else raw.fileno()
-        self.h11 = h11.Connection(h11.CLIENT)
+        # Registered once: asking whether an idle connection is readable is one poll.
+        self.poller = None if raw is None else _Poller(raw.fileno())
+        self.parser = ResponseParser()
         self.idle_since = 0.0
 
     @classmethod
@@ -209,41 +343,42 @@ class _Connection:
         # Readable while idle means the server closed it (EOF), reset it, or sent
         # something unasked for: none of these can carry a request.
         # (Both backends leave the socket unread while no one receives.)
-        return self.fileno < 0 or not _readable(self.fileno)
+        return self.poller is None or not self.poller.readable()
 
-    async def exchange(self, request: httpx.Request, deadline: float) -> h11.Response:
+    async def exchange(
+        self, request: httpx.Request, writer: RequestWriter, deadline: float
+    ) -> ResponseHead:
         """Send the request and read the response's head; the body follows in ``next_body``."""
-        connection = self.h11
-        head = h11.Request(
-            method=request.method, target=request.url.raw_path, headers=request.headers.raw
+        parser = self.parser = ResponseParser(
+            head_request=writer.method == b"HEAD", request_close=writer.close
         )
         try:
             content: bytes | None = request.content
         except httpx.RequestNotRead:
             content = None
+        stream = self.stream
         sending = True
         with anyio.CancelScope(deadline=deadline) as scope:
             try:
                 if content is not None:
                     # One send, so one syscall for a small request.
-                    data = connection.send(head)
-                    if content:
-                        data += connection.send(h11.Data(data=content))
-                    data += connection.send(h11.EndOfMessage())
-                    await self.stream.send(data)
+                    await stream.send(writer.whole(content))
                 else:
-                    await self.stream.send(connection.send(head))
+                    await stream.send(writer.head)
                     async for chunk in request.stream:  # type: ignore[union-attr]
-                        await self.stream.send(connection.send(h11.Data(data=chunk)))
-                    await self.stream.send(connection.send(h11.EndOfMessage()))
+                        data = writer.piece(chunk)
+                        if data:
+                            await stream.send(data)
+                    data = writer.end()
+                    if data:
+                        await stream.send(data)
                 sending = False
-                while True:
-                    event = await self._next_event()
-                    if isinstance(event, h11.Response):
-                        return event
-                    # 1xx answers come before the real one.
-            except h11.LocalProtocolError as exc:
-                raise httpx.LocalProtocolError(str(exc)) from exc
+                while (head := parser.next_head()) is None:
+                    try:
+                        parser.feed(await stream.receive(_RECEIVE_BYTES))
+                    except anyio.EndOfStream:
+                        parser.feed(b"")
+                return head
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                 error = httpx.WriteError if sending else httpx.ReadError
                 raise error(f"{type(exc).__name__}: {exc}") from exc
@@ -253,77 +388,68 @@ class _Connection:
         raise httpx.ReadTimeout("the response's headers did not arrive in time")
 
     async def next_body(self, deadline: float) -> bytes | None:
-        """The next piece of the response body, or None at its end."""
-        try:
-            event = await self._next_event(deadline)
-        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-            raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from exc
-        if isinstance(event, h11.Data):
-            return bytes(event.data)
-        return None
+        """The next piece of the response body, or None at its end.
 
-    async def _next_event(self, deadline: float | None = None) -> h11.Event:
-        """The next event off the connection; its receives bounded by ``deadline`` if given.
-
-        Without one, the caller's scope bounds them. A small body comes in with the
-        headers, so most body reads need no scope (each costs a timer).
+        A small body comes in with the head, so most calls need no receive, and no
+        scope for its deadline (each costs a timer).
         """
-        connection = self.h11
+        parser = self.parser
         while True:
-            try:
-                event = connection.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise httpx.RemoteProtocolError(str(exc)) from exc
-            if event is h11.NEED_DATA:
-                connection.receive_data(await self._receive(deadline))
-                continue
-            if isinstance(event, h11.ConnectionClosed):
-                raise httpx.RemoteProtocolError("the server closed the connection mid-exchange")
-            return event  # type: ignore[return-value]
+            piece = parser.next_body()
+            if piece is NEED_DATA:
+                parser.feed(await self.receive(deadline))
+            elif piece is END:
+                return None
+            else:
+                return piece
 
-    async def _receive(self, deadline: float | None) -> bytes:
+    async def receive(self, deadline: float) -> bytes:
+        """Bytes off the connection (``b""`` at its end), waiting until ``deadline`` at most."""
         try:
-            if deadline is None:
-                return await self.stream.receive(_RECEIVE_BYTES)
             with anyio.CancelScope(deadline=deadline):
                 return await self.stream.receive(_RECEIVE_BYTES)
         except anyio.EndOfStream:
             return b""
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from exc
         raise httpx.ReadTimeout("the response's body did not arrive in time")
-
-    def may_continue(self) -> bool:
-        """Whether the exchange completed and both sides keep the connection open."""
-        connection = self.h11
-        if connection.our_state is not h11.DONE or connection.their_state is not h11.DONE:
-            return False
-        connection.start_next_cycle()
-        return True
 
     async def close(self) -> None:
         # Forcefully: a TLS goodbye to a server that stopped answering could hang.
         await anyio.aclose_forcefully(self.stream)
 
 
-def _readable(fileno: int) -> bool:
+class _Poller:
     """Whether a socket has something to read (data, EOF or an error), without reading it."""
-    if _poll is None:  # no poll() on Windows; select() is fine for one socket there
-        return bool(select.select([fileno], [], [], 0)[0])
-    poller = _poll()
-    poller.register(fileno, select.POLLIN)
-    return bool(poller.poll(0))
+
+    __slots__ = ("_fileno", "_poll")
+
+    def __init__(self, fileno: int) -> None:
+        self._fileno = fileno
+        make_poll = getattr(select, "poll", None)  # no poll() on Windows
+        self._poll = None if make_poll is None else make_poll()
+        if self._poll is not None:
+            self._poll.register(fileno, select.POLLIN)
+
+    def readable(self) -> bool:
+        if self._poll is None:  # select() is fine for one socket
+            return bool(select.select([self._fileno], [], [], 0)[0])
+        return bool(self._poll.poll(0))
 
 
-_poll = getattr(select, "poll", None)
+# The key of a response's extensions under which this transport hands out its
+# body (a ResponseBody), for callers that read it whole, without httpx's layers.
+BODY_EXTENSION = "follower.body"
 
 
-class _ResponseBody(httpx.AsyncByteStream):
+class ResponseBody(httpx.AsyncByteStream):
     """The response body, read straight off the connection.
 
     A plain async iterator (not an async generator): a body left half-read is
     closed by :meth:`aclose`, with no generator for the garbage collector to
     finalise (which trio reports). At the body's end the connection goes back to
     its origin's idle stack if it may be reused; otherwise, and whenever the body
-    is closed before its end, it is closed.
+    is closed before its end, it is closed. :meth:`read_within` reads it whole.
     """
 
     __slots__ = ("_connection", "_deadline", "_transport")
@@ -347,11 +473,48 @@ class _ResponseBody(httpx.AsyncByteStream):
             await connection.close()
             raise
         if chunk is None:
-            self._connection = None
-            if not (connection.may_continue() and self._transport.park(connection)):
-                await connection.close()
+            await self._finish(connection)
             raise StopAsyncIteration
         return chunk
+
+    async def read_within(self, limit: int) -> tuple[bytes, bool]:
+        """The whole body and True if it is at most ``limit`` bytes.
+
+        Otherwise its first ``limit`` bytes and False, and the connection is closed
+        (the rest is never read). A body already read gives ``b""``.
+        """
+        connection = self._connection
+        if connection is None:
+            return b"", True
+        parser = connection.parser
+        parts: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                piece = parser.next_body()
+                if piece is NEED_DATA:
+                    parser.feed(await connection.receive(self._deadline))
+                    continue
+                if piece is END:
+                    break
+                size += len(piece)
+                if size > limit:
+                    parts.append(piece[: limit - (size - len(piece))])
+                    self._connection = None
+                    await connection.close()
+                    return b"".join(parts), False
+                parts.append(piece)
+        except BaseException:
+            self._connection = None
+            await connection.close()
+            raise
+        await self._finish(connection)
+        return parts[0] if len(parts) == 1 else b"".join(parts), True
+
+    async def _finish(self, connection: _Connection) -> None:
+        self._connection = None
+        if not (connection.parser.reusable and self._transport.park(connection)):
+            await connection.close()
 
     async def aclose(self) -> None:
         connection, self._connection = self._connection, None

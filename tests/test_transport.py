@@ -462,3 +462,139 @@ async def test_cookies_an_agent_sets_are_kept_and_sent_back() -> None:
             await read(client, url)
     assert b"cookie: session=s1" not in server.requests[0].head.lower()
     assert b"cookie: session=s1" in server.requests[1].head.lower()
+
+
+# --- the client's shorter paths give the same requests and responses ----------------------
+
+
+def same_request(ours: httpx.Request, httpx_own: httpx.Request) -> None:
+    assert ours.method == httpx_own.method
+    assert ours.url == httpx_own.url
+    assert ours.headers.raw == httpx_own.headers.raw  # the same fields, in the same order
+    assert ours.content == httpx_own.content
+    assert ours.extensions == httpx_own.extensions
+
+
+@pytest.mark.parametrize(
+    "client_options",
+    [
+        {},
+        {"headers": {"x-team": "a", "user-agent": "ours/1"}},
+        {"headers": {"content-type": "application/vnd.agent+json"}},
+        {"headers": {"host": "agent.example", "accept-encoding": "br"}},
+        {"cookies": {"session": "s1"}},
+        {"params": {"q": "1"}},
+        {"headers": {"content-length": "5"}},
+    ],
+    ids=["defaults", "headers", "content-type", "host", "cookies", "params", "content-length"],
+)
+def test_a_json_request_is_built_as_httpx_builds_it(client_options: dict[str, Any]) -> None:
+    client = AgentClient(AgentTransport(ssl_context=_shared_ssl_context()), **client_options)
+    url = httpx.URL(f"http://127.0.0.1:9{PATH}")
+    body = {"task_id": "tâche", "after": 12, "nested": [1.5, None, True]}
+    headers = {"accept-encoding": "identity"}
+    timeout = httpx.Timeout(30, pool=5)
+    for _ in range(2):  # the second from the merged headers it keeps
+        same_request(
+            client.build_json_request("POST", url, body, headers=headers, timeout=timeout),
+            client.build_request("POST", url, json=body, headers=headers, timeout=timeout),
+        )
+
+
+def test_a_json_request_follows_changes_to_the_clients_headers() -> None:
+    client = agent_client()
+    url = httpx.URL(f"http://127.0.0.1:9{PATH}")
+    headers = {"accept-encoding": "identity"}
+    timeout = httpx.Timeout(1)
+    client.build_json_request("POST", url, {}, headers=headers, timeout=timeout)
+    client.headers["x-added"] = "later"
+    del client.headers["user-agent"]
+    request = client.build_json_request("POST", url, {}, headers=headers, timeout=timeout)
+    assert request.headers["x-added"] == "later"
+    assert "user-agent" not in request.headers
+    same_request(
+        request, client.build_request("POST", url, json={}, headers=headers, timeout=timeout)
+    )
+
+
+async def test_client_headers_auth_and_hooks_apply_to_reads() -> None:
+    seen: list[str] = []
+
+    async def on_request(request: httpx.Request) -> None:
+        seen.append(f"request {request.method}")
+
+    async def on_response(response: httpx.Response) -> None:
+        seen.append(f"response {response.status_code}")
+
+    def client(**options: Any) -> AgentClient:
+        return AgentClient(AgentTransport(ssl_context=_shared_ssl_context()), **options)
+
+    with anyio.fail_after(10):
+        async with serving() as (url, server):
+            clients = [
+                client(),
+                client(headers={"x-team": "a"}),
+                client(auth=httpx.BasicAuth("user", "secret")),
+                client(event_hooks={"request": [on_request], "response": [on_response]}),
+            ]
+            for each in clients:
+                async with each:
+                    await read(each, url)
+            async with client() as plain:
+                await read(plain, url.replace("http://", "http://who:pw@"))
+    plain_head, headers, auth, hooked, userinfo = (r.head.lower() for r in server.requests)
+    assert b"x-team" not in plain_head
+    assert b"authorization" not in plain_head
+    assert b"x-team: a" in headers
+    assert b"authorization: basic dxnlcjpzzwnyzxq=" in auth  # user:secret
+    assert b"authorization" not in hooked
+    assert b"authorization: basic d2hvonb3" in userinfo  # the URL's who:pw
+    assert seen == ["request POST", "response 200"]
+
+
+async def test_a_hook_that_reads_the_body_leaves_it_to_the_read() -> None:
+    async def on_response(response: httpx.Response) -> None:
+        await response.aread()
+
+    with anyio.fail_after(10):
+        async with (
+            serving() as (url, server),
+            AgentClient(
+                AgentTransport(ssl_context=_shared_ssl_context()),
+                event_hooks={"response": [on_response]},
+            ) as client,
+        ):
+            for _ in range(2):
+                assert (await read(client, url)).events == ("a",)
+    assert server.connections == 1
+
+
+@pytest.mark.parametrize("follow", [False, True], ids=["not-followed", "followed"])
+async def test_redirects_are_as_httpx_makes_them(follow: bool) -> None:
+    async def respond(stream: anyio.abc.ByteStream, request: Request) -> bool:
+        if request.line.startswith("GET /moved"):
+            await stream.send(answer(b"", f"location: {PATH}", status="302 Found"))
+        else:
+            await stream.send(answer(page()))
+        return True
+
+    with anyio.fail_after(10):
+        async with serving(respond) as (url, server), agent_client() as client:
+            moved = url.replace(PATH, "/moved")
+            response = await client.get(moved, follow_redirects=follow)
+            if follow:
+                assert response.status_code == 200
+                assert [r.status_code for r in response.history] == [302]
+            else:
+                assert response.status_code == 302
+                assert response.next_request is not None
+                assert response.next_request.url == httpx.URL(url)
+                assert response.history == []
+    assert len(server.requests) == (2 if follow else 1)
+
+
+async def test_a_closed_client_refuses_to_send_as_httpx_does() -> None:
+    client = agent_client()
+    await client.aclose()
+    with pytest.raises(RuntimeError, match="closed"):
+        await client.get(f"http://127.0.0.1:9{PATH}")
