@@ -35,6 +35,8 @@ import httpx
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    _Head = tuple[bytes, bool, bool, int | None]
+
 MAX_HEAD_BYTES: Final = 64 * 1024
 MAX_HEADERS: Final = 128
 # A chunk-size line: the size and extensions we ignore, bounded all the same.
@@ -86,46 +88,17 @@ class RequestWriter:
     def __init__(
         self, method: bytes, target: bytes, headers: Sequence[tuple[bytes, bytes]]
     ) -> None:
-        if _TOKEN.fullmatch(method) is None:
-            raise httpx.LocalProtocolError(f"the method {method!r} is not a token")
-        if method == b"CONNECT":
-            raise httpx.LocalProtocolError("CONNECT is not supported")
-        if not target or _has_byte_outside(target, 0x21, 0x7E):
-            raise httpx.LocalProtocolError(f"the request target {target!r} cannot be sent")
-        _check_fields(headers)
-        length: int | None = None
-        chunked = close = has_host = False
-        lines = [method, b" ", target, b" HTTP/1.1\r\n"]
-        for name, value in headers:
-            lines += (name, b": ", value, b"\r\n")
-            lowered = name.lower()
-            if lowered not in _REQUEST_FIELDS_READ:
-                continue
-            if lowered == b"content-length":
-                declared = value.strip(b" \t")
-                if not declared.isdigit() or len(declared) > _MAX_LENGTH_DIGITS:
-                    raise httpx.LocalProtocolError(f"bad Content-Length {value!r}")
-                if length is not None and int(declared) != length:
-                    raise httpx.LocalProtocolError("conflicting Content-Length headers")
-                length = int(declared)
-            elif lowered == b"transfer-encoding":
-                if chunked or value.strip(b" \t").lower() != b"chunked":
-                    raise httpx.LocalProtocolError("only Transfer-Encoding: chunked is supported")
-                chunked = True
-            elif lowered == b"connection":
-                close = close or b"close" in _tokens(value)
-            else:
-                has_host = True
-        if chunked and length is not None:
-            raise httpx.LocalProtocolError("both Content-Length and Transfer-Encoding")
-        if not has_host:
-            raise httpx.LocalProtocolError("an HTTP/1.1 request needs a Host header")
-        lines.append(b"\r\n")
-        self.head = b"".join(lines)
+        # A follower sends the same head over and over (only a Content-Length
+        # changes, now and then): checked and joined once.
+        key = (method, target, tuple(headers))
+        known = _KNOWN_HEADS.get(key)
+        if known is None:
+            known = _checked_head(method, target, headers)
+            if len(_KNOWN_HEADS) >= _KNOWN_HEADS_MAX:
+                _KNOWN_HEADS.clear()
+            _KNOWN_HEADS[key] = known
+        self.head, self.chunked, self.close, self._length = known
         self.method = method
-        self.chunked = chunked
-        self.close = close
-        self._length = None if chunked else (length or 0)
         self._sent = 0
 
     def whole(self, body: bytes) -> bytes:
@@ -154,6 +127,51 @@ class RequestWriter:
                 )
             return b""
         return b"0\r\n\r\n"
+
+
+# Heads checked already, by (method, target, fields): the head's bytes, whether
+# its body is chunked, whether it says close, and its Content-Length.
+_KNOWN_HEADS: dict[tuple[bytes, bytes, tuple[tuple[bytes, bytes], ...]], _Head] = {}
+_KNOWN_HEADS_MAX = 256
+
+
+def _checked_head(method: bytes, target: bytes, headers: Sequence[tuple[bytes, bytes]]) -> _Head:
+    if _TOKEN.fullmatch(method) is None:
+        raise httpx.LocalProtocolError(f"the method {method!r} is not a token")
+    if method == b"CONNECT":
+        raise httpx.LocalProtocolError("CONNECT is not supported")
+    if not target or _has_byte_outside(target, 0x21, 0x7E):
+        raise httpx.LocalProtocolError(f"the request target {target!r} cannot be sent")
+    _check_fields(headers)
+    length: int | None = None
+    chunked = close = has_host = False
+    lines = [method, b" ", target, b" HTTP/1.1\r\n"]
+    for name, value in headers:
+        lines += (name, b": ", value, b"\r\n")
+        lowered = name.lower()
+        if lowered not in _REQUEST_FIELDS_READ:
+            continue
+        if lowered == b"content-length":
+            declared = value.strip(b" \t")
+            if not declared.isdigit() or len(declared) > _MAX_LENGTH_DIGITS:
+                raise httpx.LocalProtocolError(f"bad Content-Length {value!r}")
+            if length is not None and int(declared) != length:
+                raise httpx.LocalProtocolError("conflicting Content-Length headers")
+            length = int(declared)
+        elif lowered == b"transfer-encoding":
+            if chunked or value.strip(b" \t").lower() != b"chunked":
+                raise httpx.LocalProtocolError("only Transfer-Encoding: chunked is supported")
+            chunked = True
+        elif lowered == b"connection":
+            close = close or b"close" in _tokens(value)
+        else:
+            has_host = True
+    if chunked and length is not None:
+        raise httpx.LocalProtocolError("both Content-Length and Transfer-Encoding")
+    if not has_host:
+        raise httpx.LocalProtocolError("an HTTP/1.1 request needs a Host header")
+    lines.append(b"\r\n")
+    return b"".join(lines), chunked, close, None if chunked else (length or 0)
 
 
 # --- responses -----------------------------------------------------------------------
