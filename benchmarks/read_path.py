@@ -13,11 +13,14 @@ way of reading runs on asyncio and on trio:
 - ``read_page default``: the library's ``read_page`` on httpx's default transport;
 - ``read_page + ours``: ``read_page`` on a client of the library's pool (its transport).
 
-Ratios are against ``httpx default`` on the same backend, in the same run. Figures,
-never assertions: they belong to the machine they were measured on.
+Ratios are against ``httpx default`` on the same backend, in the same run. The
+ways alternate over ``--rounds`` rounds and each figure is the median of its
+rounds (the minimum is shown too): on a shared machine one round can be a
+quarter off. Figures, never assertions: they belong to the machine they were
+measured on.
 
-Usage: ``python benchmarks/read_path.py [--reads 5000] [--backend asyncio,trio]
-[--quick] [--json PATH] [--profile]``.
+Usage: ``python benchmarks/read_path.py [--reads 5000] [--rounds 3]
+[--backend asyncio,trio] [--ways raw,...] [--quick] [--json PATH] [--profile]``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import asyncio
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -293,6 +297,12 @@ def _machine() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reads", type=int, default=5000, help="timed reads per way")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds of every way, alternating; the median is shown",
+    )
     parser.add_argument("--backend", default="asyncio,trio", help="comma-separated backends")
     parser.add_argument("--ways", default=",".join(WAYS), help="comma-separated ways to run")
     parser.add_argument("--quick", action="store_true", help="a few hundred reads: seconds")
@@ -304,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         serve()
         return 0
     reads = 200 if args.quick else args.reads
+    rounds = 1 if args.quick or args.profile else max(1, args.rounds)
     ways = [w.strip() for w in args.ways.split(",") if w.strip()]
     unknown = set(ways) - set(WAYS)
     if unknown:
@@ -316,11 +327,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
-        results = []
-        for backend in backends:
-            for name in ways:
-                cpu = anyio.run(_measure, name, port, reads, args.profile, backend=backend)
-                results.append({"backend": backend, "way": name, "cpu_us_per_read": cpu})
+        # Ways alternate, round after round, so a change in the machine's load
+        # falls on all of them alike; the median of the rounds is the figure.
+        samples: dict[tuple[str, str], list[float]] = {}
+        for _ in range(rounds):
+            for backend in backends:
+                for name in ways:
+                    cpu = anyio.run(_measure, name, port, reads, args.profile, backend=backend)
+                    samples.setdefault((backend, name), []).append(cpu)
+        results = [
+            {
+                "backend": backend,
+                "way": name,
+                "cpu_us_per_read": statistics.median(cpus),
+                "cpu_us_per_read_min": min(cpus),
+                "rounds": cpus,
+            }
+            for (backend, name), cpus in samples.items()
+        ]
     finally:
         server.terminate()
         server.wait(timeout=10)
@@ -329,17 +353,24 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         base = baseline.get(r["backend"])
         r["vs_httpx_default"] = r["cpu_us_per_read"] / base if base else None
-    print(f"CPU per read of a {len(PAGE)}-byte page, {reads} reads per way, loopback keep-alive")
-    print(f"{'backend':<8} {'way':<18} {'µs/read':>8} {'vs httpx default':>17}")
+    print(
+        f"CPU per read of a {len(PAGE)}-byte page, {reads} reads per way and round, "
+        f"median of {rounds} round(s), loopback keep-alive"
+    )
+    print(f"{'backend':<8} {'way':<18} {'µs/read':>8} {'min':>8} {'vs httpx default':>17}")
     for r in results:
         ratio = f"{r['vs_httpx_default']:.2f}x" if r["vs_httpx_default"] else "-"
-        print(f"{r['backend']:<8} {r['way']:<18} {r['cpu_us_per_read']:>8.1f} {ratio:>17}")
+        print(
+            f"{r['backend']:<8} {r['way']:<18} {r['cpu_us_per_read']:>8.1f} "
+            f"{r['cpu_us_per_read_min']:>8.1f} {ratio:>17}"
+        )
     if args.json:
         with open(args.json, "w") as out:
             json.dump(
                 {
                     "benchmark": "read_path",
                     "reads": reads,
+                    "rounds": rounds,
                     "page_bytes": len(PAGE),
                     "machine": _machine(),
                     "results": results,
