@@ -6,6 +6,8 @@ process (so the server's CPU is not counted), over loopback, keep-alive. CPU is
 way of reading runs on asyncio and on trio:
 
 - ``raw``: a canned request and a hand-split response over anyio streams (the floor);
+- ``raw + deadline``: the same, each read under a cancel scope with a deadline
+  (what bounding a whole exchange costs, as every transport must);
 - ``h11``: h11 over the same anyio streams;
 - ``lean codec``: the library's own HTTP/1.1 codec (``follower._http11``) over them;
 - ``httpx default``: ``httpx.AsyncClient().post`` on httpx's default transport (httpcore);
@@ -63,6 +65,7 @@ REQUEST_BODY = json.dumps({"task_id": TASK_ID, "after": 0}, separators=(",", ":"
 PATH = "/ext/trajectory"
 WAYS = (
     "raw",
+    "raw + deadline",
     "h11",
     "lean codec",
     "httpx default",
@@ -145,6 +148,14 @@ class _Raw:
             length = int(data[at + 16 : data.find(b"\r\n", at)])
             if len(data) >= end + 4 + length:
                 return data[end + 4 : end + 4 + length]
+
+
+class _RawWithDeadline(_Raw):
+    """The floor, each read bounded by a deadline as a transport's exchange is."""
+
+    async def read(self) -> bytes:
+        with anyio.CancelScope(deadline=anyio.current_time() + 30):
+            return await super().read()
 
 
 class _H11(_Raw):
@@ -246,6 +257,8 @@ class _ReadPageOurs(_ReadPageDefault):
 def _way(name: str, port: int) -> Any:
     if name == "raw":
         return _Raw(port)
+    if name == "raw + deadline":
+        return _RawWithDeadline(port)
     if name == "h11":
         return _H11(port)
     if name == "lean codec":
