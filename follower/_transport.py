@@ -178,14 +178,10 @@ class AgentClient(httpx.AsyncClient):
         if merged.content_length:  # a client-wide Content-Length: httpx's to honour
             return self.build_request(method, url, json=json_body, headers=headers, timeout=timeout)
         body = _JSON.encode(json_body).encode("utf-8")
-        fields = [(b"Host", url.netloc), *merged.fields] if not merged.host else [*merged.fields]
-        fields.append((b"Content-Length", str(len(body)).encode("ascii")))
-        if not merged.content_type:
-            fields.append((b"Content-Type", b"application/json"))
         request = httpx.Request(
             method,
             url,
-            headers=fields,
+            headers=merged.for_body(url.netloc, len(body)),
             stream=httpx.ByteStream(body),
             extensions={"timeout": timeout.as_dict()},
         )
@@ -255,7 +251,7 @@ class AgentClient(httpx.AsyncClient):
         return response
 
 
-@attrs.frozen
+@attrs.define
 class _Merged:
     """A client's headers merged with a request's, and which of the body's are set."""
 
@@ -263,6 +259,25 @@ class _Merged:
     host: bool
     content_length: bool
     content_type: bool
+    # Whole field lists by (host, body length): a follower's bodies come in a few
+    # lengths, and copying an httpx.Headers skips checking every field again.
+    _built: dict[tuple[bytes, int], httpx.Headers] = attrs.field(factory=dict)
+
+    def for_body(self, netloc: bytes, length: int) -> httpx.Headers:
+        """A request's fields for a JSON body of ``length`` bytes, as httpx orders them."""
+        built = self._built.get((netloc, length))
+        if built is None:
+            fields = [(b"Host", netloc), *self.fields] if not self.host else [*self.fields]
+            fields.append((b"Content-Length", str(length).encode("ascii")))
+            if not self.content_type:
+                fields.append((b"Content-Type", b"application/json"))
+            if len(self._built) >= _BUILT_HEADERS_MAX:
+                self._built.clear()
+            built = self._built[netloc, length] = httpx.Headers(fields)
+        return built
+
+
+_BUILT_HEADERS_MAX = 64
 
 
 # The bytes httpx's json= sends (its encoder's options), from one encoder reused.
