@@ -7,7 +7,9 @@ which is not the agent's fault and must never count as a failed read of it.
 
 from __future__ import annotations
 
+import email.utils
 import functools
+import time
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, cast
 
@@ -34,6 +36,24 @@ if TYPE_CHECKING:
 POOL_WAIT_SECONDS = 5.0
 # Error bodies are plain text, read for their first line; a proxy's page may be long.
 _ERROR_BODY_BYTES = 64 * 1024
+# "Later", not "no": a proxy's request timeout (408) and throttling (429) are
+# retried like a 5xx, and their Retry-After honoured (docs/protocol.md, read rules).
+RETRY_LATER_STATUSES = frozenset({408, 429})
+
+
+class ErrorBody(bytes):
+    """An error answer's body (cut short), with the one header a caller acts on.
+
+    A ``bytes``, so ``exchange()`` still returns ``(status, body)``; ``retry_after``
+    is the answer's raw ``Retry-After`` value, or None.
+    """
+
+    retry_after: str | None
+
+    def __new__(cls, body: bytes, *, retry_after: str | None) -> ErrorBody:
+        made = super().__new__(cls, body)
+        made.retry_after = retry_after
+        return made
 
 
 async def read_page(
@@ -56,7 +76,7 @@ async def read_page(
         what=f"read of task {task_id!r}",
     )
     if status != 200:
-        raise _status_error(status, body.decode(errors="replace"), task_id, endpoint)
+        raise _status_error(status, body, task_id, endpoint)
     return Page.from_json(body, task_id=task_id, after=after)
 
 
@@ -132,7 +152,10 @@ async def _send_capped(
         status = response.status_code
         if status == 200:
             return status, await _read_capped(response, max_body_bytes)
-        return status, await _read_capped(response, _ERROR_BODY_BYTES, cut=True)
+        return status, ErrorBody(
+            await _read_capped(response, _ERROR_BODY_BYTES, cut=True),
+            retry_after=response.headers.get("retry-after"),
+        )
     finally:
         await response.aclose()
 
@@ -223,13 +246,39 @@ async def _read_capped(response: httpx.Response, limit: int, *, cut: bool = Fals
     return b"".join(parts)
 
 
-def _status_error(status: int, text: str, task_id: str, endpoint: str) -> Exception:
+def _status_error(status: int, body: bytes, task_id: str, endpoint: str) -> Exception:
+    text = body.decode(errors="replace")
     detail = text.strip().splitlines()[0][:200] if text.strip() else "(no body)"
     if status == 404:
         return TaskNotFoundError(f"agent at {endpoint} does not know task {task_id!r}: {detail}")
-    if status >= 500:
-        return AgentUnavailableError(f"agent at {endpoint} answered {status}: {detail}")
+    if status >= 500 or status in RETRY_LATER_STATUSES:
+        return AgentUnavailableError(
+            f"agent at {endpoint} answered {status}: {detail}",
+            status_code=status,
+            retry_after_seconds=retry_after_seconds(getattr(body, "retry_after", None)),
+        )
     return AgentRefusedError(
         f"agent at {endpoint} refused the read of task {task_id!r} with {status}: {detail}",
         status_code=status,
     )
+
+
+def retry_after_seconds(value: str | None, *, now: float | None = None) -> float | None:
+    """The delay a ``Retry-After`` value asks for: delta-seconds or an HTTP date (RFC 9110).
+
+    None for a missing or unreadable value; a date in the past is 0. ``now``
+    (wall-clock seconds) is for tests; the follower caps what it honours.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(int(value[:12]))  # over 30,000 years is as good as the cap
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None  # an HTTP date is in GMT; a date without a zone is not one
+    wall = time.time() if now is None else now
+    return max(0.0, when.timestamp() - wall)

@@ -32,7 +32,9 @@ HAS_OLD = pytest.mark.skipif(not OLD_PYTHON.exists(), reason="no venv from tools
 # The six ways read_path.py measures a read (the other engineer's read_path.py names them).
 READ_PATH_WAYS = (
     "raw",
+    "raw + deadline",
     "h11",
+    "lean codec",
     "httpx default",
     "httpx + ours",
     "read_page default",
