@@ -28,7 +28,6 @@ from ._errors import (
     AgentCardError,
     AgentRefusedError,
     AgentUnavailableError,
-    ClientClosedError,
     FollowerError,
     PoolBusyError,
     TaskNotFoundError,
@@ -36,6 +35,7 @@ from ._errors import (
 )
 from ._exchange import RETRY_LATER_STATUSES, exchange, retry_after_seconds
 from ._options import DEFAULT_READ_TIMEOUT_SECONDS
+from ._retries import FailureStreak
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -139,64 +139,51 @@ class A2AAgent:
         failed calls in a row (None: retry until the deadline).
         """
         interval = poll_interval_seconds
-        failures = 0
-        failing_since: float | None = None  # one warning a run of failures, and a summary
-        extra = {"task_id": task_id, "turn_id": None}
-        with anyio.move_on_after(deadline_seconds):
-            while True:
-                wait = interval
-                try:
-                    task = await self.get_task(task_id)
-                except (AgentUnavailableError, PoolBusyError) as exc:
-                    failures += isinstance(exc, AgentUnavailableError)
-                    if max_failures is not None and failures >= max_failures:
-                        raise
-                    if failing_since is None:
-                        failing_since = anyio.current_time()
-                        logger.warning(
-                            "tasks/get for %s failed, retrying: %s", task_id, exc, extra=extra
-                        )
+        failures = 0  # the agent's, in a row: our own full pool is not one of them
+        streak = FailureStreak(
+            logger,
+            f"tasks/get calls for task {task_id} at {self.url}",
+            noun="call",
+            extra={"task_id": task_id, "turn_id": None},
+        )
+        try:
+            with anyio.move_on_after(deadline_seconds):
+                while True:
+                    wait = interval
+                    try:
+                        task = await self.get_task(task_id)
+                    except (AgentUnavailableError, PoolBusyError) as exc:
+                        failures += isinstance(exc, AgentUnavailableError)
+                        streak.failed(exc)
+                        if max_failures is not None and failures >= max_failures:
+                            streak.close(f"after max_failures={max_failures}")
+                            raise
+                        asked = getattr(exc, "retry_after_seconds", None)
+                        if asked is not None:
+                            wait = min(max(interval, asked), max(max_interval_seconds, interval))
+                        streak.retrying(wait)
                     else:
-                        logger.debug("tasks/get for %s failed again: %s", task_id, exc, extra=extra)
-                    asked = getattr(exc, "retry_after_seconds", None)
-                    if asked is not None:
-                        wait = min(max(interval, asked), max(max_interval_seconds, interval))
-                else:
-                    if failing_since is not None:
-                        logger.warning(
-                            "tasks/get for %s recovered after %d failed calls in %.1f s",
-                            task_id,
-                            failures,
-                            anyio.current_time() - failing_since,
-                            extra=extra,
-                        )
-                        failing_since = None
-                    failures = 0
-                    if task.turn_ended:
-                        return task
-                await anyio.sleep(wait)
-                interval = min(interval * 1.5, max_interval_seconds)
+                        streak.recovered()
+                        failures = 0
+                        if task.turn_ended:
+                            return task
+                    await anyio.sleep(wait)
+                    interval = min(interval * 1.5, max_interval_seconds)
+        finally:
+            streak.close("the wait ended")
         raise TaskTimeoutError(f"task {task_id} did not end within {deadline_seconds} s")
 
     async def _call(self, method: str, params: Mapping[str, Any]) -> Any:
         request = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method, "params": params}
-        try:
-            status, body = await exchange(
-                self._client,
-                "POST",
-                self.url,
-                request,
-                timeout_seconds=self._timeout_seconds,
-                max_body_bytes=_MAX_RPC_BYTES,
-                what=method,
-            )
-        except RuntimeError as exc:
-            # httpx refuses to send on a closed client with a bare RuntimeError.
-            if self._client.is_closed:
-                raise ClientClosedError(
-                    f"{method} at {self.url}: the client was closed", url=self.url
-                ) from exc
-            raise
+        status, body = await exchange(
+            self._client,
+            "POST",
+            self.url,
+            request,
+            timeout_seconds=self._timeout_seconds,
+            max_body_bytes=_MAX_RPC_BYTES,
+            what=method,
+        )
         if status >= 500 or status in RETRY_LATER_STATUSES:
             raise AgentUnavailableError(
                 f"{method} at {self.url} answered {status}",

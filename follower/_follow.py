@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -35,6 +34,7 @@ from ._errors import (
 )
 from ._exchange import read_page
 from ._options import DEFAULT_MAX_PAGE_BYTES, DEFAULT_READ_TIMEOUT_SECONDS, FollowOptions, count
+from ._retries import FailureStreak, backoff_fraction, failure_reason, retry_delay
 
 if TYPE_CHECKING:
     import httpx
@@ -45,57 +45,12 @@ logger = logging.getLogger("follower.follow")
 
 Sink = Callable[["TrajectoryBatch"], Awaitable[None]]
 
-BACKOFF_STEP_SECONDS = 5.0
-BACKOFF_CAP_SECONDS = 60.0
 AFTER_STOP_PAUSE_SECONDS = 0.2
 # An agent may register a task's trajectory a moment after message/send answered:
 # until a follower has read a page, a 404 within this long of its first read is
 # "not yet", read again after the poll interval (at most NOT_FOUND_RETRY_SECONDS).
 NOT_FOUND_GRACE_SECONDS = 10.0
 NOT_FOUND_RETRY_SECONDS = 1.0
-
-# One source for every follower of the process: their draws differ, so followers
-# that failed together do not retry together. Tests seed or pin it.
-_jitter = random.Random()
-
-
-def backoff_fraction() -> float:
-    """A uniform draw in [0, 1): where in its range one backoff falls."""
-    return _jitter.random()
-
-
-def retry_delay(
-    poll_interval_seconds: float,
-    failures: int,
-    fraction: float = 1.0,
-    retry_after_seconds: float | None = None,
-) -> float:
-    """How long to wait before the read after ``failures`` failed reads in a row.
-
-    Full jitter over the backoff's growth: ``fraction`` (a draw in [0, 1]) places
-    the wait between its floor, the poll interval (or the agent's
-    ``Retry-After``, if longer), and its ceiling, the floor + 5 s x failures;
-    both are capped at 60 s. A fraction of 1 is the ceiling, the backoff
-    without jitter.
-    """
-    floor = min(max(poll_interval_seconds, retry_after_seconds or 0.0), BACKOFF_CAP_SECONDS)
-    ceiling = min(floor + BACKOFF_STEP_SECONDS * failures, BACKOFF_CAP_SECONDS)
-    return floor + fraction * (ceiling - floor)
-
-
-def failure_reason(exc: BaseException) -> str:
-    """A failed read in a few words, safe to log: no header, no body.
-
-    A status error's message quotes the first line of the agent's error body,
-    so it is named by its status; a transport error by its httpx class.
-    """
-    status = getattr(exc, "status_code", None)
-    if isinstance(status, int):
-        return f"HTTP {status}"
-    cause = exc.__cause__
-    if cause is not None and type(cause).__module__.startswith("httpx"):
-        return type(cause).__name__
-    return type(exc).__name__
 
 
 @attrs.frozen
@@ -287,7 +242,9 @@ class _Follower:
         self.stop = stop
         self.progress = progress
         self.extra: dict[str, object] = {"task_id": task_id, "turn_id": turn_id}
-        self.failing = _FailingReads(self)
+        self.failing = FailureStreak(
+            logger, f"reads of task {task_id} at {endpoint}", noun="read", extra=self.extra
+        )
         self._first_read_at: float | None = None
         self._read_a_page = False
         self._not_found = 0
@@ -309,7 +266,7 @@ class _Follower:
                 delay = retry_delay(
                     self.poll, self.failing.in_a_row, backoff_fraction(), exc.retry_after_seconds
                 )
-                self.failing.retrying(exc, delay)
+                self.failing.retrying(delay)
                 await self._wait_or_stop(delay)
                 continue
             except PoolBusyError as exc:
@@ -380,15 +337,9 @@ class _Follower:
             )
         except PoolBusyError:
             raise  # never sent: not a read of the agent
-        except RuntimeError as exc:
-            # httpx refuses to send on a closed client with a bare RuntimeError.
-            if client.is_closed:
-                raise self._client_closed() from exc
-            raise
+        except ClientClosedError as exc:
+            raise self._client_closed() from exc  # our caller's doing, not the agent's
         except FollowerError as exc:
-            if isinstance(exc, AgentUnavailableError) and client.is_closed:
-                # Closed under the read: our caller's doing, not the agent's.
-                raise self._client_closed() from exc
             self.progress.reads += 1
             self.progress.failed_reads += 1
             if isinstance(exc, AgentUnavailableError):
@@ -432,73 +383,3 @@ class _Follower:
             await self.stop.wait()
         # After a wait wakes, a pending cancel goes first (the 3.11 lesson).
         await anyio.lowlevel.checkpoint_if_cancelled()
-
-
-class _FailingReads:
-    """A run of failed reads in a row: one warning as it starts, one summary as it ends.
-
-    Every failed read in between is a debug line, so an agent that fails for an
-    hour costs two warnings, not one per read.
-    """
-
-    def __init__(self, follower: _Follower) -> None:
-        self._follower = follower
-        self.in_a_row = 0
-        self._started_at = 0.0
-        self._warned = False
-        self._last_reason = ""
-
-    def failed(self, exc: AgentUnavailableError) -> None:
-        """Count a failed read (before stop or after: the summary counts both)."""
-        if self.in_a_row == 0:
-            self._started_at = anyio.current_time()
-        self.in_a_row += 1
-        self._last_reason = failure_reason(exc)
-
-    def retrying(self, exc: AgentUnavailableError, delay: float) -> None:
-        """Log a failed read that is retried after ``delay``: a warning only for the first."""
-        follower = self._follower
-        if not self._warned:
-            self._warned = True
-            logger.warning(
-                "reads of task %s at %s are failing (%s); retrying with backoff, "
-                "a summary follows when they recover or following ends",
-                follower.task_id,
-                follower.endpoint,
-                self._last_reason,
-                extra=follower.extra,
-            )
-        else:
-            logger.debug(
-                "read %d in a row of task %s failed (%s); retrying in %.1f s",
-                self.in_a_row,
-                follower.task_id,
-                failure_reason(exc),
-                delay,
-                extra=follower.extra,
-            )
-
-    def recovered(self) -> None:
-        if self.in_a_row:
-            self._summary("recovered")
-        self.in_a_row, self._warned = 0, False
-
-    def close(self, ending: str) -> None:
-        """Following ends: the run that was warned of gets its summary."""
-        if self.in_a_row and self._warned:
-            self._summary(f"stopped following ({ending})")
-        self.in_a_row, self._warned = 0, False
-
-    def _summary(self, how: str) -> None:
-        follower = self._follower
-        seconds = anyio.current_time() - self._started_at
-        logger.warning(
-            "reads of task %s at %s %s after %d failed reads in %.1f s (last: %s)",
-            follower.task_id,
-            follower.endpoint,
-            how,
-            self.in_a_row,
-            seconds,
-            self._last_reason,
-            extra={**follower.extra, "failed_reads": self.in_a_row, "failing_seconds": seconds},
-        )

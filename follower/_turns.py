@@ -33,8 +33,9 @@ from ._errors import (
     TurnExistsError,
     TurnStateError,
 )
-from ._follow import FollowProgress, failure_reason, follow_task
+from ._follow import FollowProgress, follow_task
 from ._layout import TurnKeys
+from ._retries import failure_reason
 from ._statistics import LiveTurnStatistics
 from ._stored_turn import StoredTurn, read_stored_turn
 from ._wire import TrajectoryState

@@ -36,7 +36,8 @@ from follower import (
     _follow,
     follow_trajectory,
 )
-from follower._follow import NOT_FOUND_GRACE_SECONDS, NOT_FOUND_RETRY_SECONDS, retry_delay
+from follower._follow import NOT_FOUND_GRACE_SECONDS, NOT_FOUND_RETRY_SECONDS
+from follower._retries import retry_delay
 
 from .support.agents import ENDPOINT, RecordingSink, ScriptedAgent
 from .support.virtual_time import virtual_time_backends

@@ -2,7 +2,7 @@
 
 The read rules are in docs/protocol.md ("Following one task"). Timing tests run on
 virtual time against in-memory fakes, so their times are exact; the jitter is
-pinned (``backoff_fraction``) or seeded (``_follow._jitter``), never left to chance.
+pinned (``backoff_fraction``) or seeded (``_retries._jitter``), never left to chance.
 """
 
 from __future__ import annotations
@@ -29,17 +29,14 @@ from follower import (
     TrajectoryState,
     UsageError,
     _follow,
+    _retries,
     follow_trajectory,
     following_live_trajectory,
 )
 from follower._exchange import read_page, retry_after_seconds
-from follower._follow import (
-    AFTER_STOP_PAUSE_SECONDS,
-    BACKOFF_CAP_SECONDS,
-    BACKOFF_STEP_SECONDS,
-    retry_delay,
-)
+from follower._follow import AFTER_STOP_PAUSE_SECONDS
 from follower._layout import TurnKeys
+from follower._retries import BACKOFF_CAP_SECONDS, BACKOFF_STEP_SECONDS, retry_delay
 
 from .support.agents import ENDPOINT, RecordingSink, ScriptedAgent
 from .support.virtual_time import virtual_time_backends
@@ -237,7 +234,7 @@ async def test_other_4xx_still_refuse_the_read(status: int) -> None:
 async def test_followers_that_failed_together_do_not_retry_together(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_follow, "_jitter", random.Random(11))
+    monkeypatch.setattr(_retries, "_jitter", random.Random(11))
     followers = 50
     agents = [
         ScriptedReads([httpx.Response(503, text="down")], then=last_page) for _ in range(followers)

@@ -24,7 +24,7 @@ import httpx
 from follower import LiveTurns, following_live_trajectory
 from follower._endings import CLEANUP_SECONDS, CLEANUP_WRITE_SECONDS
 from follower._exchange import POOL_WAIT_SECONDS
-from follower._follow import retry_delay
+from follower._retries import retry_delay
 
 from .fakes import WorldAgent, WorldStore
 from .records import (
