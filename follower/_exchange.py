@@ -19,6 +19,7 @@ import httpx
 from ._errors import (
     AgentRefusedError,
     AgentUnavailableError,
+    ClientClosedError,
     PageNotAnObjectError,
     PageTooLargeError,
     PoolBusyError,
@@ -98,7 +99,8 @@ async def exchange(
     uncompressed (we ask for ``identity``), so ``max_body_bytes`` bounds what is held in memory;
     a longer body raises :class:`~follower.PageTooLargeError` without being loaded.
     Raises :class:`~follower.AgentUnavailableError` for every transport failure or
-    timeout, and :class:`~follower.PoolBusyError` when our own pool had no connection in time.
+    timeout, :class:`~follower.PoolBusyError` when our own pool had no connection in time,
+    and :class:`~follower.ClientClosedError` when the client is (or was made) closed.
     """
     timeout = _timeout(timeout_seconds)
     deadline: anyio.CancelScope | None = None
@@ -124,9 +126,20 @@ async def exchange(
     except httpx.TimeoutException as exc:
         raise AgentUnavailableError(f"{what} at {url} timed out after {timeout_seconds} s") from exc
     except httpx.TransportError as exc:
+        if client.is_closed:  # closed under the exchange: the caller's doing, not the agent's
+            raise _client_closed(what, url) from exc
         raise AgentUnavailableError(f"{what} at {url} failed: {type(exc).__name__}: {exc}") from exc
+    except RuntimeError as exc:
+        # httpx refuses to send on a closed client with a bare RuntimeError.
+        if client.is_closed:
+            raise _client_closed(what, url) from exc
+        raise
     # Only the deadline's own cancel, caught by its scope, ends up here.
     raise AgentUnavailableError(f"{what} at {url} took over {timeout_seconds} s")
+
+
+def _client_closed(what: str, url: str) -> ClientClosedError:
+    return ClientClosedError(f"{what} at {url}: the client was closed", url=url)
 
 
 # Asked of every request: the bytes counted against the cap are the bytes held.
