@@ -9,6 +9,7 @@ Nothing here asserts: these are figures, and they belong to the machine they ran
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import math
@@ -123,6 +124,41 @@ class Heartbeat:
             late = anyio.current_time() - asked - HEARTBEAT_SECONDS
             if late > self.worst.get(self.phase, 0.0):
                 self.worst[self.phase] = late
+
+
+class GcClock:
+    """Time spent in the garbage collector, per phase of the run: total, worst pause, passes.
+
+    A full collection walks every tracked object of the process, so with thousands
+    of followers it is the loop block the heartbeat sees; this says how much of it.
+    """
+
+    def __init__(self) -> None:
+        self.phase = "setup"
+        self.total: dict[str, float] = {}
+        self.worst: dict[str, float] = {}
+        self.full_passes: dict[str, int] = {}
+        self._began = 0.0
+
+    def install(self) -> None:
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, stage: str, info: dict[str, Any]) -> None:
+        if stage == "start":
+            self._began = time.perf_counter()
+            return
+        pause = time.perf_counter() - self._began
+        self.total[self.phase] = self.total.get(self.phase, 0.0) + pause
+        self.worst[self.phase] = max(self.worst.get(self.phase, 0.0), pause)
+        if info.get("generation") == 2:
+            self.full_passes[self.phase] = self.full_passes.get(self.phase, 0) + 1
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "gc_ms": {phase: 1000 * t for phase, t in self.total.items()},
+            "gc_worst_ms": {phase: 1000 * t for phase, t in self.worst.items()},
+            "gc_full_passes": dict(self.full_passes),
+        }
 
 
 class LogCounter(logging.Handler):

@@ -11,6 +11,8 @@ store into a store of their own kind that only notes when each page landed.
 from __future__ import annotations
 
 import argparse
+import os
+import gc
 import json
 import logging
 import sys
@@ -24,6 +26,7 @@ import httpx
 from _measure import (
     LAG_SETTLE_SECONDS,
     RESULT_MARK,
+    GcClock,
     Heartbeat,
     LogCounter,
     PageLog,
@@ -67,6 +70,8 @@ async def measure(
         "agent": "lean",
     }
     heartbeat = Heartbeat()
+    gc_clock = GcClock()
+    gc_clock.install()
     async with anyio.create_task_group() as outer:
         outer.start_soon(heartbeat.run)
         await anyio.sleep(0.2)  # imports and set-up settle before the baseline
@@ -74,7 +79,7 @@ async def measure(
         sockets_before = open_sockets()
         cpu_start = time.process_time()
         started_at = anyio.current_time()
-        heartbeat.phase = "startup"
+        heartbeat.phase = gc_clock.phase = "startup"
         async with anyio.create_task_group() as followers:
             for turn_id in turns:
                 followers.start_soon(follow, turn_id)
@@ -93,7 +98,10 @@ async def measure(
                 startup_pool_busy=counter.pool_busy,
             )
 
-            heartbeat.phase = "window"
+            if args.gc_freeze:
+                gc.freeze()  # what an operator can do once a worker's followers have started
+            heartbeat.phase = gc_clock.phase = "window"
+            tracked_at_window = len(gc.get_objects())
             agent_before = await agent_get(args.agent_url + "bench/stats")
             before = window_counts()
             window_start = time.time()
@@ -109,7 +117,16 @@ async def measure(
             after = window_counts()
             agent_after = await agent_get(args.agent_url + "bench/stats")
             rss_end = rss_kib()
-            heartbeat.phase = "shutdown"
+            result["gc_tracked_objects"] = {
+                "window_start": tracked_at_window,
+                "window_end": len(gc.get_objects()),
+            }
+            if os.environ.get("BENCH_TYPES"):
+                import collections
+
+                kinds = collections.Counter(type(o).__name__ for o in gc.get_objects())
+                result["gc_top_types"] = kinds.most_common(15)
+            heartbeat.phase = gc_clock.phase = "shutdown"
             stopped_at = anyio.current_time()
             followers.cancel_scope.cancel()
         result["shutdown_seconds"] = anyio.current_time() - stopped_at
@@ -152,6 +169,7 @@ async def measure(
         agent_cpu_seconds=agent_cpu,
         agent_cpu_per_read_us=1e6 * agent_cpu / reads if reads else None,
         loop_blocked_ms={phase: 1000 * late for phase, late in heartbeat.worst.items()},
+        **gc_clock.figures(),
     )
     if before is not None and after is not None:
         result["statistics"] = {key: after[key] - before[key] for key in after}
@@ -286,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agent-url", required=True, help="the agent's root URL, ending in /")
     parser.add_argument("--agent-pid", type=int, required=True)
     parser.add_argument("--run-id", default="run", help="makes this run's task ids its own")
+    parser.add_argument(
+        "--gc-freeze", action="store_true", help="gc.freeze() once every follower has started"
+    )
     args = parser.parse_args(argv)
     if args.side == "old" and args.backend != "asyncio":
         parser.error("the old follower runs on asyncio only")

@@ -123,6 +123,7 @@ def run_one(args: argparse.Namespace, side: str, n: int, run_id: str) -> dict[st
             str(agent.pid),
             "--run-id",
             run_id,
+            *(["--gc-freeze"] if args.gc_freeze and kind == "ours" else []),
         ]
         profile = None
         if args.profile is not None and kind == "ours":
@@ -433,6 +434,11 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=Path(os.environ.get("BENCH_OLD_PYTHON", DEFAULT_OLD_PYTHON)),
         help="the python of the old follower's venv (tools/old-follower-venv makes it)",
+    )
+    parser.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="our side calls gc.freeze() once its followers have started (an operator's option)",
     )
     parser.add_argument("--json", metavar="PATH", help="write every run and the summary here")
     parser.add_argument("--markdown", action="store_true", help="print the tables as markdown")
