@@ -11,10 +11,10 @@ store into a store of their own kind that only notes when each page landed.
 from __future__ import annotations
 
 import argparse
-import os
 import gc
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -121,11 +121,6 @@ async def measure(
                 "window_start": tracked_at_window,
                 "window_end": len(gc.get_objects()),
             }
-            if os.environ.get("BENCH_TYPES"):
-                import collections
-
-                kinds = collections.Counter(type(o).__name__ for o in gc.get_objects())
-                result["gc_top_types"] = kinds.most_common(15)
             heartbeat.phase = gc_clock.phase = "shutdown"
             stopped_at = anyio.current_time()
             followers.cancel_scope.cancel()
