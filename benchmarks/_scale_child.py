@@ -14,7 +14,6 @@ import argparse
 import gc
 import json
 import logging
-import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
