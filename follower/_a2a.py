@@ -34,7 +34,7 @@ from ._errors import (
     TaskTimeoutError,
 )
 from ._exchange import RETRY_LATER_STATUSES, exchange, retry_after_seconds
-from ._options import DEFAULT_READ_TIMEOUT_SECONDS
+from ._options import DEFAULT_READ_TIMEOUT_SECONDS, RequestHeaders, request_headers
 from ._retries import FailureStreak
 
 if TYPE_CHECKING:
@@ -94,8 +94,10 @@ class A2AAgent:
         client: httpx.AsyncClient,
         *,
         timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.url = url
+        self._headers = request_headers("headers", headers)
         self.card = card
         self._client = client
         self._timeout_seconds = timeout_seconds
@@ -183,6 +185,7 @@ class A2AAgent:
             timeout_seconds=self._timeout_seconds,
             max_body_bytes=_MAX_RPC_BYTES,
             what=method,
+            headers=self._headers,
         )
         if status >= 500 or status in RETRY_LATER_STATUSES:
             raise AgentUnavailableError(
@@ -211,6 +214,7 @@ async def connect_agent(
     *,
     client: httpx.AsyncClient | None = None,
     timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
+    headers: Mapping[str, str] | None = None,
 ) -> AsyncIterator[A2AAgent]:
     """Fetch the agent card under ``url`` and yield the agent, with its live read (or None).
 
@@ -220,14 +224,32 @@ async def connect_agent(
     origin (a public address behind a proxy, say) is not followed there: the
     agent is reached where its card was found. Without ``client``, one is leased
     from the loop's shared pool for the block.
+
+    ``headers`` (a bearer token, say) go with the card's fetch and every JSON-RPC
+    call, on top of the client's own; all of them to ``url``'s origin only
+    (never through a redirect), and never into a log line. Pass the same to
+    :class:`~follower.LiveTurns` for the trajectory reads.
     """
+    checked = request_headers("headers", headers)
     async with leased_client(client) as leased:
-        card_url, card = await fetch_agent_card(leased, url, timeout_seconds=timeout_seconds)
-        yield A2AAgent(_rpc_url(card, card_url, url), card, leased, timeout_seconds=timeout_seconds)
+        card_url, card = await fetch_agent_card(
+            leased, url, timeout_seconds=timeout_seconds, headers=checked
+        )
+        yield A2AAgent(
+            _rpc_url(card, card_url, url),
+            card,
+            leased,
+            timeout_seconds=timeout_seconds,
+            headers=dict(checked),
+        )
 
 
 async def fetch_agent_card(
-    client: httpx.AsyncClient, url: str, *, timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
+    headers: RequestHeaders = (),
 ) -> tuple[str, Mapping[str, Any]]:
     """The agent card's URL and the card, looked for under ``url``, then at its origin's root."""
     candidates = [url.rstrip("/") + AGENT_CARD_PATH]
@@ -242,6 +264,7 @@ async def fetch_agent_card(
             timeout_seconds=timeout_seconds,
             max_body_bytes=_MAX_RPC_BYTES,
             what="agent card",
+            headers=headers,
         )
         if status == 404 and card_url != candidates[-1]:
             continue

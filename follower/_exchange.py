@@ -25,7 +25,7 @@ from ._errors import (
     PoolBusyError,
     TaskNotFoundError,
 )
-from ._options import DEFAULT_MAX_PAGE_BYTES, DEFAULT_READ_TIMEOUT_SECONDS
+from ._options import DEFAULT_MAX_PAGE_BYTES, DEFAULT_READ_TIMEOUT_SECONDS, RequestHeaders
 from ._transport import BODY_EXTENSION, AgentClient, ResponseBody
 from ._wire import Page
 
@@ -65,8 +65,13 @@ async def read_page(
     *,
     read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+    headers: RequestHeaders = (),
 ) -> Page:
-    """Read one page of ``task_id`` from cursor ``after``, validated."""
+    """Read one page of ``task_id`` from cursor ``after``, validated.
+
+    ``headers`` (checked pairs, see :func:`~follower._options.request_headers`) are
+    sent with the read, on top of the client's own.
+    """
     status, body = await exchange(
         client,
         "POST",
@@ -75,6 +80,7 @@ async def read_page(
         timeout_seconds=read_timeout_seconds,
         max_body_bytes=max_page_bytes,
         what=f"read of task {task_id!r}",
+        headers=headers,
     )
     if status != 200:
         raise _status_error(status, body, task_id, endpoint)
@@ -90,6 +96,7 @@ async def exchange(
     timeout_seconds: float,
     max_body_bytes: int,
     what: str,
+    headers: RequestHeaders = (),
 ) -> tuple[int, bytes]:
     """Send one request; return the status and the body (an error body cut short).
 
@@ -101,18 +108,22 @@ async def exchange(
     Raises :class:`~follower.AgentUnavailableError` for every transport failure or
     timeout, :class:`~follower.PoolBusyError` when our own pool had no connection in time,
     and :class:`~follower.ClientClosedError` when the client is (or was made) closed.
+    A redirect is never followed, whatever the client says: it is an answer like
+    any other non-200, so a token sent with ``headers`` (or by the client) reaches
+    only the URL asked for.
     """
     timeout = _timeout(timeout_seconds)
+    fields = _request_fields(headers)
     deadline: anyio.CancelScope | None = None
     if isinstance(client, AgentClient) and json_body is not None:
         # The library's transport bounds the whole exchange by the timeout, raising
         # httpx's timeouts, and has no pool to wait for: nothing more to add.
         request = client.build_json_request(
-            method, _parsed_url(url), json_body, headers=_IDENTITY, timeout=timeout
+            method, _parsed_url(url), json_body, headers=fields, timeout=timeout
         )
     else:
         request = client.build_request(
-            method, _parsed_url(url), json=json_body, headers=_IDENTITY, timeout=timeout
+            method, _parsed_url(url), json=json_body, headers=fields, timeout=timeout
         )
         if not isinstance(client, AgentClient):
             deadline = _bounded_by_traces(request, timeout_seconds)
@@ -146,6 +157,15 @@ def _client_closed(what: str, url: str) -> ClientClosedError:
 _IDENTITY = {"accept-encoding": "identity"}
 
 
+@functools.lru_cache(maxsize=256)
+def _request_fields(headers: RequestHeaders) -> dict[str, str]:
+    # One dict per set of headers, kept: the client merges a request's headers with
+    # its own once per dict it is given, not once per read.
+    if not headers:
+        return _IDENTITY
+    return {**dict(headers), **_IDENTITY}
+
+
 @functools.lru_cache(maxsize=64)
 def _timeout(timeout_seconds: float) -> httpx.Timeout:
     # Built once per value (a Timeout is never changed once made).
@@ -155,7 +175,8 @@ def _timeout(timeout_seconds: float) -> httpx.Timeout:
 async def _send_capped(
     client: httpx.AsyncClient, request: httpx.Request, max_body_bytes: int, what: str
 ) -> tuple[int, bytes]:
-    response = await client.send(request, stream=True)
+    # Never followed: a redirect's target is not the agent's word on its origin.
+    response = await client.send(request, stream=True, follow_redirects=False)
     try:
         if response.headers.get("content-encoding", "identity").lower() != "identity":
             raise PageNotAnObjectError(

@@ -334,6 +334,7 @@ class _Follower:
                 cursor,
                 read_timeout_seconds=self.options.read_timeout_seconds,
                 max_page_bytes=self.options.max_page_bytes,
+                headers=self.options.headers,
             )
         except PoolBusyError:
             raise  # never sent: not a read of the agent

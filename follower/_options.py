@@ -7,6 +7,8 @@ everything below them passes the value, so a new option is one field here.
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -19,6 +21,14 @@ if TYPE_CHECKING:
 DEFAULT_READ_TIMEOUT_SECONDS = 30.0
 DEFAULT_MAX_PAGE_BYTES = 64 * 1024 * 1024
 DEFAULT_DRAIN_SECONDS = 60.0
+
+# Extra request fields, as checked (name, value) pairs: hashable, so kept once.
+RequestHeaders = tuple[tuple[str, str], ...]
+_TOKEN = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
+# HTAB, SP and visible ASCII: what a field value may hold and the codec sends.
+_FIELD_VALUE = re.compile(r"[\t\x20-\x7e]*")
+# Framed by the library, per request: a caller's value would break the framing.
+_FRAMING_FIELDS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 
 
 def _is_real(value: Any) -> bool:
@@ -52,6 +62,40 @@ def count(name: str, value: Any, *, minimum: int = 0) -> int:
     return value
 
 
+def request_headers(name: str, value: Any) -> RequestHeaders:
+    """Extra request headers (a mapping or pairs of str) as checked pairs.
+
+    Raises :class:`InvalidArgumentError` for a name that is no token, a value
+    holding CR, LF or another control character, or a field the library frames
+    itself; the message names the field, never its value (it may be a token).
+    """
+    if value is None:
+        return ()
+    try:
+        pairs = list(value.items() if isinstance(value, Mapping) else value)
+    except TypeError:
+        raise InvalidArgumentError(f"{name} must be a mapping of header names to values") from None
+    checked = []
+    for pair in pairs:
+        if not (isinstance(pair, tuple | list) and len(pair) == 2):
+            raise InvalidArgumentError(f"{name} must hold (name, value) pairs")
+        field, text = pair
+        if not isinstance(field, str) or _TOKEN.fullmatch(field) is None:
+            raise InvalidArgumentError(f"{name}: {field!r} is not a header name")
+        if field.lower() in _FRAMING_FIELDS:
+            raise InvalidArgumentError(f"{name}: {field} is set by the library, per request")
+        if not isinstance(text, str) or _FIELD_VALUE.fullmatch(text) is None:
+            raise InvalidArgumentError(
+                f"{name}: the value of {field} must be a str of visible ASCII, spaces and tabs"
+            )
+        checked.append((field, text.strip(" \t")))
+    return tuple(checked)
+
+
+def _headers_option(value: Any) -> RequestHeaders:
+    return request_headers("headers", value)
+
+
 def _validated(check: Any) -> Any:
     def validator(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         check(attribute.name, value)
@@ -62,6 +106,9 @@ def _validated(check: Any) -> Any:
 @attrs.frozen(kw_only=True)
 class FollowOptions:
     """How a follower reads: the poll interval, each read's bounds, the drain, the client.
+
+    ``headers`` are extra request fields for every read (checked pairs, never in
+    the repr: one may be a token).
 
     ``max_follow_seconds`` bounds one follower's whole run (None: no bound
     but the drain after stop): past it, following ends as after a failed read
@@ -86,3 +133,5 @@ class FollowOptions:
         default=None, validator=_validated(optional_positive_seconds)
     )
     client: httpx.AsyncClient | None = attrs.field(default=None, repr=False)
+    # Never shown: a header may carry a token.
+    headers: RequestHeaders = attrs.field(default=(), converter=_headers_option, repr=False)

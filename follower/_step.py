@@ -31,6 +31,7 @@ from ._turns import open_turn
 from ._wire import TrajectoryState
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from contextlib import AbstractAsyncContextManager
     from types import TracebackType
 
@@ -57,6 +58,7 @@ def following_live_trajectory(
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
     resume: bool = False,
     max_follow_seconds: float | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> AbstractAsyncContextManager[LiveTurn]:
     """Follow one turn's live trajectory for the duration of an ``async with`` block.
 
@@ -74,6 +76,11 @@ def following_live_trajectory(
     ``max_follow_seconds`` bounds the follower's run from ``follow()`` (None: only
     the drain bounds it): past it, following ends and the body goes on; the
     end mark then says the turn is not complete.
+
+    ``headers`` (a bearer token, say) are sent with every read, on top of the
+    client's own: the way to reach an agent behind a token without building a
+    client. They go only to ``endpoint``, never through a redirect, and are
+    never logged.
     """
     options = FollowOptions(
         poll_interval_seconds=poll_interval_seconds,
@@ -82,6 +89,7 @@ def following_live_trajectory(
         read_timeout_seconds=read_timeout_seconds,
         max_page_bytes=max_page_bytes,
         max_follow_seconds=max_follow_seconds,
+        headers=headers,
     )
     if previous_turn_id is not None:
         TurnKeys(prefix_key, previous_turn_id)  # refused now, not at the first link
@@ -101,8 +109,8 @@ class LiveTurns:
 
     ``resume=True`` continues turns the store already holds (a retried step);
     :meth:`hand_off` leaves every turn for the next attempt instead of ending it.
-    ``max_follow_seconds`` bounds each turn's follower, as in
-    :func:`following_live_trajectory`.
+    ``max_follow_seconds`` bounds each turn's follower, and ``headers`` go with
+    each read, as in :func:`following_live_trajectory`.
     """
 
     def __init__(
@@ -118,6 +126,7 @@ class LiveTurns:
         max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
         resume: bool = False,
         max_follow_seconds: float | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.resume = resume
@@ -130,6 +139,7 @@ class LiveTurns:
             read_timeout_seconds=read_timeout_seconds,
             max_page_bytes=max_page_bytes,
             max_follow_seconds=max_follow_seconds,
+            headers=headers,
         )
         self._chain = TurnChain()
         self._turn_ids: set[str] = set()

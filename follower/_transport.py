@@ -154,7 +154,9 @@ class AgentClient(httpx.AsyncClient):
         # httpx extracts cookies from every response through http.cookiejar, about
         # a tenth of a small read; agents rarely set any, so skip it when none is set.
         self._cookies = _CookiesWhenSet(self._cookies)
-        self._merged: tuple[object, list[tuple[bytes, bytes]], _Merged] | None = None
+        # By the identity of the request's headers (each a dict kept by its caller):
+        # followers that send headers of their own share the client with those that don't.
+        self._merged: dict[int, tuple[object, list[tuple[bytes, bytes]], _Merged]] = {}
 
     def build_json_request(
         self,
@@ -192,7 +194,7 @@ class AgentClient(httpx.AsyncClient):
         # Merged as httpx merges them (the request's replace the client's, at the
         # end), once for as long as the client's headers stay the same.
         current = self.headers.raw
-        cached = self._merged
+        cached = self._merged.get(id(headers))
         if cached is not None and cached[0] is headers and cached[1] == current:
             return cached[2]
         merged_headers = httpx.Headers(self.headers)
@@ -204,7 +206,9 @@ class AgentClient(httpx.AsyncClient):
             or "transfer-encoding" in merged_headers,
             content_type="content-type" in merged_headers,
         )
-        self._merged = (headers, current, merged)
+        if len(self._merged) >= _BUILT_HEADERS_MAX:
+            self._merged.clear()
+        self._merged[id(headers)] = (headers, current, merged)  # holds it: its id stays its
         return merged
 
     async def send(
