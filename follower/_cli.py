@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._a2a import cancel_task_quietly, connect_agent, follow_a2a_task
+from ._cli_auth import agent_client, headers_of
 from ._cli_parser import BOUND_BROKEN, build_parser
 from ._cli_store import S3Location, s3_store
 from ._errors import (
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Awaitable, Callable, Sequence
     from pathlib import Path
+
+    import httpx
 
     from ._a2a import A2AAgent, A2ATask
     from ._stores import ObjectStore
@@ -198,7 +201,11 @@ async def _follow(args: argparse.Namespace) -> int:
     store: ObjectStore = MemoryStore()
     if args.store is not None:
         store = await open_store(args.store, must_exist=False, endpoint_url=args.endpoint_url)
-    async with connect_agent(args.url) as agent:
+    headers = dict(headers_of(args))
+    async with (
+        agent_client(args) as client,
+        connect_agent(args.url, client=client, headers=headers) as agent,
+    ):
         endpoint = agent.trajectory_endpoint
         if endpoint is None:
             raise CommandError(
@@ -225,7 +232,7 @@ async def _follow(args: argparse.Namespace) -> int:
             if args.message is not None:
                 await cancel_task_quietly(agent, task_id)
             raise
-        task = await _follow_and_print(agent, endpoint, store, keys, task_id, args)
+        task = await _follow_and_print(agent, endpoint, store, keys, task_id, args, client, headers)
     print(f"follower: task {task.id} ended {task.state}", file=sys.stderr)
     return EXIT_OK
 
@@ -237,6 +244,8 @@ async def _follow_and_print(
     keys: TurnKeys,
     task_id: str,
     args: argparse.Namespace,
+    client: httpx.AsyncClient | None = None,
+    headers: dict[str, str] | None = None,
 ) -> A2ATask:
     """Follow the task into the store while printing what is stored, then check it ended."""
     async with anyio.create_task_group() as tg:
@@ -245,7 +254,13 @@ async def _follow_and_print(
         tg.start_soon(_print_then_set, store, keys, task_id, printed)
         try:
             async with LiveTurns(
-                endpoint, store, keys.prefix_key, poll_interval_seconds=args.poll, resume=True
+                endpoint,
+                store,
+                keys.prefix_key,
+                poll_interval_seconds=args.poll,
+                resume=True,
+                client=client,
+                headers=headers,
             ) as turns:
                 task = await follow_a2a_task(
                     agent,

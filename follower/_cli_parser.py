@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from ._cli_auth import add_credential_arguments
 from ._cli_store import store_argument
 
 
@@ -100,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=600.0,
         help="seconds to wait for the task to end, then cancel it (default: 600)",
     )
+    add_credential_arguments(follow)
     follow.set_defaults(command="follow")
 
     tail = commands.add_parser(

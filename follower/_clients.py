@@ -80,10 +80,12 @@ class ClientPool:
     followers with that many connections; a new client is created when every
     client is full. ``followers_per_client`` bounds the shards on either transport.
     A client is closed when its last follower leaves. All clients share one SSL
-    context, loaded once per process in a worker thread.
+    context, loaded once per process in a worker thread, unless ``ssl_context`` is
+    given (a private CA's bundle: the command line's ``--ca-bundle``).
     """
 
     followers_per_client: int | None = FOLLOWERS_PER_CLIENT
+    ssl_context: ssl.SSLContext | None = attrs.field(default=None, kw_only=True)
     _shards: list[_Shard] = attrs.field(factory=list, init=False)
     _creating: anyio.Lock = attrs.field(factory=anyio.Lock, init=False)
 
@@ -110,7 +112,7 @@ class ClientPool:
             async with self._creating:
                 shard = self._free_shard()
                 if shard is None:
-                    context = _ssl_context
+                    context = self.ssl_context or _ssl_context
                     if context is None:
                         context = await anyio.to_thread.run_sync(_shared_ssl_context)
                     shard = self._new_shard(context)
