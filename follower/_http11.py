@@ -501,15 +501,18 @@ def _fields(lines: list[bytes], start: int) -> list[tuple[bytes, bytes]]:
 def _framing(head: ResponseHead) -> tuple[int | None, bool, bool]:
     """The head's Content-Length, whether it is chunked, whether it says close; checked."""
     length: int | None = None
+    declared = b""
     chunked = close = False
     for name, value in head.headers:
         lowered = name.lower()
         if lowered == b"content-length":
             if not value.isdigit() or len(value) > _MAX_LENGTH_DIGITS:
                 raise httpx.RemoteProtocolError(f"a bad Content-Length: {value!r}")
-            if length is not None and int(value) != length:
+            # Several must be the same text, not just the same number ("0" and "00"
+            # disagree): a proxy in between may read either, as h11 refuses them.
+            if length is not None and value != declared:
                 raise httpx.RemoteProtocolError("conflicting Content-Length headers")
-            length = int(value)
+            length, declared = int(value), value
         elif lowered == b"transfer-encoding":
             if chunked:
                 raise httpx.RemoteProtocolError("several Transfer-Encoding headers")

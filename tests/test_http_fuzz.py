@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 from follower import FollowerError, MemoryStore, following_live_trajectory
 from follower._clients import client_pool
 from follower._exchange import read_page
+from follower._http11 import ResponseParser
 from follower._wire import Page
 from tests.support.hypothesis_profiles import property_settings
 
@@ -444,3 +445,24 @@ async def test_whatever_the_agent_answers_chunks_stay_in_order_and_the_turn_is_m
     end = json.loads(await store.get(f"{prefix}turn-1/live/end.json"))
     assert end["next"] >= expected_after
     assert not math.isnan(float(end["next"]))
+
+
+# --- what the fuzz (and the codec's h11 oracle) found --------------------------------------
+
+
+@pytest.mark.parametrize("second", [b"00", b"000", b"01"])
+def test_content_lengths_that_agree_in_number_but_not_in_text_are_refused(second: bytes) -> None:
+    # "0" and "00" are the same number but not the same header: h11 refuses the pair,
+    # and a proxy that reads one of them frames the body otherwise than we would.
+    parser = ResponseParser()
+    parser.feed(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\ncontent-length: %b\r\n\r\n" % second)
+    with pytest.raises(httpx.RemoteProtocolError, match="conflicting Content-Length"):
+        parser.next_head()
+
+
+def test_content_lengths_repeated_to_the_letter_are_one() -> None:
+    parser = ResponseParser()
+    parser.feed(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 2\r\n\r\n{}")
+    head = parser.next_head()
+    assert head is not None
+    assert parser.next_body() == b"{}"
