@@ -1,6 +1,8 @@
 """Follow an A2A agent's live trajectory while a step runs, store it as it is read,
 and never outlive the step that started it."""
 
+from importlib import metadata as _metadata
+
 from ._a2a import A2AAgent as A2AAgent
 from ._a2a import A2ATask as A2ATask
 from ._a2a import connect_agent as connect_agent
@@ -59,7 +61,8 @@ from ._turns import LiveTurn as LiveTurn
 from ._wire import TrajectoryBatch as TrajectoryBatch
 from ._wire import TrajectoryState as TrajectoryState
 
-__version__ = "0.1.0"
+# One source: the installed package's metadata, which pyproject.toml's version gives.
+__version__ = _metadata.version("follower")
 
 __all__ = [
     "A2AAgent",
