@@ -8,25 +8,37 @@ the agent (``_demo``) take plain arguments, and are imported only to run.
 
 from __future__ import annotations
 
-import json
 import logging
+import shlex
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
 from ._a2a import cancel_task_quietly, connect_agent, follow_a2a_task
 from ._cli_auth import agent_client, headers_of
-from ._cli_parser import BOUND_BROKEN, build_parser
-from ._cli_store import S3Location, s3_store
-from ._errors import (
-    AgentUnavailableError,
-    FollowerError,
-    StoreError,
-    TaskNotFoundError,
-    TurnExistsError,
-    UsageError,
+from ._cli_exits import (
+    EXIT_BAD_STORE,
+    EXIT_BOUND_BROKEN,
+    EXIT_BROKEN_PIPE,
+    EXIT_ERROR,
+    EXIT_INCOMPLETE,
+    EXIT_INTERRUPTED,
+    EXIT_NO_LIVE_TRAJECTORY,
+    EXIT_OK,
+    EXIT_TURN_EXISTS,
+    EXIT_UNKNOWN_TASK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    CommandError,
+    explain,
+    raised,
 )
+from ._cli_interrupt import INTERRUPTED_LINE, ignore_further_interrupts, run_interruptible
+from ._cli_output import event_line, log_to_stderr, print_json, silence_stdout
+from ._cli_parser import build_parser
+from ._cli_store import S3Location, s3_store
+from ._errors import StoreError, TaskNotFoundError, UsageError
 from ._layout import TurnKeys, default_prefix
 from ._reader import TurnEnd, read_live_trajectory
 from ._step import LiveTurns
@@ -41,61 +53,60 @@ if TYPE_CHECKING:
     import httpx
 
     from ._a2a import A2AAgent, A2ATask
+    from ._layout import EndMark
     from ._stores import ObjectStore
     from .testing import Fault
 
-# Exit codes: one per failure a user can act on.
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
-EXIT_NO_LIVE_TRAJECTORY = 4
-EXIT_UNKNOWN_TASK = 5
-EXIT_BAD_STORE = 6
-EXIT_TURN_EXISTS = 7
-EXIT_BOUND_BROKEN = BOUND_BROKEN  # validate: a follower outlived its step, or a bound broke
-EXIT_INTERRUPTED = 130
+# The exit codes live in _cli_exits; these are the ones callers of main() compare with.
+__all__ = [
+    "EXIT_BAD_STORE",
+    "EXIT_BOUND_BROKEN",
+    "EXIT_ERROR",
+    "EXIT_INCOMPLETE",
+    "EXIT_INTERRUPTED",
+    "EXIT_NO_LIVE_TRAJECTORY",
+    "EXIT_OK",
+    "EXIT_TURN_EXISTS",
+    "EXIT_UNKNOWN_TASK",
+    "EXIT_UNREACHABLE",
+    "EXIT_USAGE",
+    "main",
+]
+
 # After the step, how long the tail of its own store may take to reach the end mark.
 PRINT_DRAIN_SECONDS = 5.0
 
 logger = logging.getLogger("follower")
 
 
-class CommandError(Exception):
-    """A failure to report as one line, with its exit code."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_OneLineFormatter(tracebacks=args.verbose))
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
-    if args.backend == "trio":
-        try:
-            import trio  # noqa: F401
-        except ImportError:
-            print(
-                "follower: error: --backend trio needs trio: pip install 'follower[trio]'",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE
     try:
+        return _main(argv)
+    except KeyboardInterrupt:  # before or after the event loop, or inside validate's
+        print(INTERRUPTED_LINE, file=sys.stderr)
+        ignore_further_interrupts()
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    log_to_stderr(verbose=args.verbose)
+    try:
+        _check_extras(args)
         if args.command == "validate":  # each backend in an event loop of its own
             from ._validate_table import validate_command
 
             return EXIT_OK if validate_command(args) else EXIT_BOUND_BROKEN
-        command: Callable[[argparse.Namespace], Awaitable[int]] = _COMMANDS[args.command]
-        return anyio.run(command, args, backend=args.backend or "asyncio")
+        command = _COMMANDS[args.command]
+        return anyio.run(run_interruptible, command, args, backend=args.backend or "asyncio")
     except BaseException as exc:
-        if _interrupted(exc):
-            print("follower: interrupted", file=sys.stderr)
-            return EXIT_INTERRUPTED
-        explained = _explain(exc)
+        if raised(exc, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
+        if raised(exc, BrokenPipeError):
+            # Whoever read stdout (`| head`) has all it wanted: end quietly, as `cat` does.
+            silence_stdout()
+            return EXIT_BROKEN_PIPE
+        explained = explain(exc)
         if explained is None:
             raise
         message, code = explained
@@ -103,54 +114,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
 
 
-def _interrupted(exc: BaseException) -> bool:
-    """Ctrl-C, bare or wrapped by a task group (trio raises it inside one)."""
-    if isinstance(exc, BaseExceptionGroup):
-        return any(_interrupted(inner) for inner in exc.exceptions)
-    return isinstance(exc, KeyboardInterrupt)
-
-
-class _OneLineFormatter(logging.Formatter):
-    """``follower: LEVEL: message``; a logged exception as one line unless verbose."""
-
-    def __init__(self, *, tracebacks: bool) -> None:
-        super().__init__("follower: %(levelname)s: %(message)s")
-        self._tracebacks = tracebacks
-
-    def format(self, record: logging.LogRecord) -> str:
-        if self._tracebacks or not record.exc_info or record.exc_info[1] is None:
-            return super().format(record)
-        exc = record.exc_info[1]
-        short = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
-        short.msg = f"{record.getMessage()}: {type(exc).__name__}: {exc}"
-        short.args = None
-        return super().format(short)
-
-
-def _explain(exc: BaseException) -> tuple[str, int] | None:
-    """One line and an exit code for a failure a user can act on, else None."""
-    if isinstance(exc, BaseExceptionGroup):
-        # A task group wraps what its body raised: explain the first thing we know.
-        for inner in exc.exceptions:
-            explained = _explain(inner)
-            if explained is not None:
-                return explained
-        return None
-    if isinstance(exc, CommandError):
-        return str(exc), exc.code
-    if isinstance(exc, AgentUnavailableError):
-        return f"the agent is unreachable: {exc}", EXIT_UNREACHABLE
-    if isinstance(exc, TaskNotFoundError):
-        return f"unknown task: {exc}", EXIT_UNKNOWN_TASK
-    if isinstance(exc, TurnExistsError):
-        return f"store: {exc}", EXIT_TURN_EXISTS
-    if isinstance(exc, StoreError):
-        return f"store: {exc}", EXIT_BAD_STORE
-    if isinstance(exc, UsageError):
-        return str(exc), EXIT_USAGE
-    if isinstance(exc, FollowerError):
-        return str(exc), EXIT_ERROR
-    return None
+def _check_extras(args: argparse.Namespace) -> None:
+    """One line, not an ImportError's traceback, for an extra the command needs."""
+    if args.backend == "trio":
+        try:
+            import trio  # noqa: F401
+        except ImportError:
+            raise CommandError(
+                "--backend trio needs trio: pip install 'follower[trio]'", EXIT_USAGE
+            ) from None
+    if args.command in ("demo", "agent"):
+        try:
+            import hypercorn  # noqa: F401
+            import rich  # noqa: F401
+        except ImportError as exc:
+            raise CommandError(
+                f"follower {args.command} needs the testing extra ({exc.name} is missing): "
+                "pip install 'follower[testing]'",
+                EXIT_USAGE,
+            ) from None
 
 
 # --- follow and tail ---------------------------------------------------------------
@@ -193,10 +175,6 @@ async def open_store(
     return store
 
 
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, separators=(",", ":")), flush=True)
-
-
 async def _follow(args: argparse.Namespace) -> int:
     store: ObjectStore = MemoryStore()
     if args.store is not None:
@@ -232,8 +210,17 @@ async def _follow(args: argparse.Namespace) -> int:
             if args.message is not None:
                 await cancel_task_quietly(agent, task_id)
             raise
-        task = await _follow_and_print(agent, endpoint, store, keys, task_id, args, client, headers)
+        task, end = await _follow_and_print(
+            agent, endpoint, store, keys, task_id, args, client, headers
+        )
     print(f"follower: task {task.id} ended {task.state}", file=sys.stderr)
+    if end.complete is False:
+        raise CommandError(
+            f"task {task.id}'s trajectory was not read to its end: {end.next} of its events "
+            "stored, not all (the agent's pages stopped before its last; see the warnings "
+            "above)",
+            EXIT_INCOMPLETE,
+        )
     return EXIT_OK
 
 
@@ -246,12 +233,12 @@ async def _follow_and_print(
     args: argparse.Namespace,
     client: httpx.AsyncClient | None = None,
     headers: dict[str, str] | None = None,
-) -> A2ATask:
-    """Follow the task into the store while printing what is stored, then check it ended."""
+) -> tuple[A2ATask, EndMark]:
+    """Follow the task into the store while printing what is stored; the task and its end mark."""
     async with anyio.create_task_group() as tg:
         printed = anyio.Event()
         # What is printed is what was stored: the tail of the same turn.
-        tg.start_soon(_print_then_set, store, keys, task_id, printed)
+        tg.start_soon(_print_then_set, store, keys, task_id, args.events_only, printed)
         try:
             async with LiveTurns(
                 endpoint,
@@ -286,11 +273,11 @@ async def _follow_and_print(
             "whole (its end mark or link is missing; see the errors above)",
             EXIT_BAD_STORE,
         )
-    return task
+    return task, stored.end
 
 
 async def _print_then_set(
-    store: ObjectStore, keys: TurnKeys, task_id: str, done: anyio.Event
+    store: ObjectStore, keys: TurnKeys, task_id: str, events_only: bool, done: anyio.Event
 ) -> None:
     # Only this task's turn is printed: a store is polled (it has no events to wait
     # on) until the turn's task.json says whose it is.
@@ -300,7 +287,10 @@ async def _print_then_set(
             break
         await anyio.sleep(0.05)
     if task.task_id == task_id:
-        await _print_events(store, keys.prefix_key, keys.turn_id, 0.05, with_turns=False)
+        # An incomplete end is follow's own error line, once the task has ended.
+        await _print_events(
+            store, keys.prefix_key, keys.turn_id, 0.05, events_only=events_only, say_ends=False
+        )
     done.set()
 
 
@@ -310,7 +300,8 @@ async def _print_events(
     turn: str,
     poll: float,
     *,
-    with_turns: bool,
+    events_only: bool,
+    say_ends: bool = True,
     idle_timeout: float | None = None,
 ) -> None:
     async for item in read_live_trajectory(
@@ -322,23 +313,39 @@ async def _print_events(
         turn_ends=True,
     ):
         if isinstance(item, TurnEnd):
-            if item.complete is False:
+            if say_ends and item.complete is False:
                 print(
                     f"follower: turn {item.turn_id} ended {item.state} incomplete: "
                     f"{item.events} events stored, the task was not read to its end",
                     file=sys.stderr,
                     flush=True,
                 )
-        elif with_turns:
-            _print_json({"turn": item.turn_id, "index": item.index, "event": item.event})
         else:
-            _print_json(item.event)
+            print_json(event_line(item.turn_id, item.index, item.event, events_only=events_only))
 
 
 async def _tail(args: argparse.Namespace) -> int:
     store = await open_store(args.store, must_exist=True, endpoint_url=args.endpoint_url)
+    if (await read_stored_turn(store, TurnKeys(args.prefix, args.turn))).is_empty:
+        # A tail waits for a turn to appear; say so, or it looks hung.
+        give_up = (
+            f"giving up after {args.idle_timeout:g} s without a new object"
+            if args.idle_timeout is not None
+            else "for ever: --idle-timeout SECONDS to give up"
+        )
+        print(
+            f"follower: waiting for turn {args.turn!r} under {args.prefix!r} in {args.store} "
+            f"(nothing is stored there yet), {give_up}",
+            file=sys.stderr,
+            flush=True,
+        )
     await _print_events(
-        store, args.prefix, args.turn, args.poll, with_turns=True, idle_timeout=args.idle_timeout
+        store,
+        args.prefix,
+        args.turn,
+        args.poll,
+        events_only=args.events_only,
+        idle_timeout=args.idle_timeout,
     )
     return EXIT_OK
 
@@ -380,13 +387,13 @@ async def _agent(args: argparse.Namespace) -> int:
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    # Every check comes before the store is made, so a refused demo leaves nothing.
-    if args.turns < 1 or args.events < 0 or args.interval < 0:
-        raise CommandError("--turns must be >= 1, --events and --interval >= 0", EXIT_USAGE)
+    # Every check comes before the store is made (the parser checked the numbers), so
+    # a refused demo leaves nothing.
     fault = _fault(args.fault, args.events)
     store = await open_store(args.store, must_exist=False, endpoint_url=args.endpoint_url)
-    from ._demo import run_demo
+    from ._demo import new_step_prefix, run_demo
 
+    prefix = new_step_prefix()
     ok = await run_demo(
         store,
         turns=args.turns,
@@ -394,7 +401,12 @@ async def _demo(args: argparse.Namespace) -> int:
         interval_seconds=args.interval,
         fault=fault,
         fault_label=args.fault,
+        prefix=prefix,
     )
+    tail = ["follower", "tail", str(args.store), prefix, "turn-1"]
+    if args.endpoint_url is not None:
+        tail += ["--endpoint-url", args.endpoint_url]
+    print(f"read it back: {shlex.join(tail)}", flush=True)
     return EXIT_OK if ok else EXIT_ERROR
 
 

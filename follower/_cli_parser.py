@@ -1,14 +1,49 @@
 """The command line's grammar: every command, its arguments and their checks.
 
 Parsing only: ``command`` in the parsed arguments names what ``_cli`` runs.
+The options every command takes (``--backend``, ``-v``) are accepted before
+and after the command's name: each command has them too, with no default of its
+own, so that one given before is not overwritten.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+from typing import Any, TypeAlias
+from urllib.parse import urlsplit
 
+from . import __version__
 from ._cli_auth import add_credential_arguments
+from ._cli_exits import EXIT_BOUND_BROKEN, EXIT_CODES_HELP, EXIT_INCOMPLETE
 from ._cli_store import store_argument
+
+# The faults `--fault` takes, as follower.testing.parse_fault reads them: a copy (a
+# test keeps the two equal), so that parsing never imports follower.testing.
+FAULT_NAMES = (
+    "close, silent, unavailable[:READS], not-json, not-an-object, missing-field, "
+    "unknown-state, cursor-mismatch, other-task, no-progress, oversized, gone[:EVENTS], "
+    "restart, slow[:SECONDS]"
+)
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Each option's default after its help, when it has one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default in (None, False, argparse.SUPPRESS)
+            or not action.option_strings
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class _DrawnHelpFormatter(argparse.RawDescriptionHelpFormatter, _HelpFormatter):
+    """For a description laid out by hand: kept as written."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,61 +51,118 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="follower",
         description="Follow an A2A agent's live trajectory and store it as it is read.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=_HelpFormatter,
     )
-    _backend(parser, default=None)
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what the follower does")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _global_options(parser, top_level=True)
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+    _demo(commands)
+    _agent(commands)
+    _follow(commands)
+    _tail(commands)
+    _validate(commands)
+    return parser
 
-    demo = commands.add_parser(
+
+_Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _command(
+    commands: _Commands,
+    name: str,
+    formatter_class: type[argparse.HelpFormatter] = _HelpFormatter,
+    **kwargs: Any,
+) -> argparse.ArgumentParser:
+    """A command's parser, its help formatted as the others' (see the module's docstring)."""
+    command: argparse.ArgumentParser = commands.add_parser(
+        name, formatter_class=formatter_class, **kwargs
+    )
+    command.set_defaults(command=name)
+    return command
+
+
+def _global_options(
+    parser: argparse.ArgumentParser, *, top_level: bool = False, backend_help: str | None = None
+) -> None:
+    """``--backend`` and ``-v``: defaults on the top level, none on each command."""
+    parser.add_argument(
+        "--backend",
+        choices=["asyncio", "trio"],
+        default=None if top_level else argparse.SUPPRESS,
+        help=backend_help or "the async backend to run on (default: asyncio; validate: both)",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=False if top_level else argparse.SUPPRESS,
+        help="log what the follower does",
+    )
+
+
+def _demo(commands: _Commands) -> None:
+    demo = _command(
+        commands,
         "demo",
         help="run a 3-turn step against the reference agent and show it live",
         description="Start the reference agent on loopback, run a step of several turns "
-        "against it, store the live trajectory under a folder and show it as it is read.",
+        "against it, store the live trajectory under a folder and show it as it is read. "
+        "Needs the testing extra: pip install 'follower[testing]'.",
     )
+    _global_options(demo)
     demo.add_argument(
         "--store",
         type=store_argument,
         default="follower-demo",
-        help="the folder or s3://BUCKET/PREFIX/ to store the trajectory in "
-        "(default: ./follower-demo/)",
+        help="the folder or s3://BUCKET/PREFIX/ to store the trajectory in",
     )
     _endpoint_url(demo)
-    demo.add_argument("--turns", type=int, default=3, help="how many turns (default: 3)")
-    demo.add_argument("--events", type=int, default=40, help="events per turn (default: 40)")
-    demo.add_argument(
-        "--interval", type=float, default=0.02, help="seconds between events (default: 0.02)"
-    )
-    demo.add_argument(
-        "--fault", default=None, help="make the agent misbehave (see 'follower agent --help')"
-    )
-    demo.set_defaults(command="demo")
+    demo.add_argument("--turns", type=_at_least_one, default=3, help="how many turns")
+    demo.add_argument("--events", type=_count, default=40, help="events per turn")
+    demo.add_argument("--interval", type=_seconds, default=0.02, help="seconds between events")
+    _fault(demo)
 
-    agent = commands.add_parser(
+
+def _agent(commands: _Commands) -> None:
+    agent = _command(
+        commands,
         "agent",
         help="serve the reference agent",
-        description="Serve the reference agent (A2A JSON-RPC, agent card, live trajectory).",
+        description="Serve the reference agent (A2A JSON-RPC, agent card, live trajectory) "
+        "until interrupted. Needs the testing extra: pip install 'follower[testing]'.",
     )
+    _global_options(agent)
     agent.add_argument("--host", default="127.0.0.1", help="address to listen on")
     agent.add_argument("--port", type=_port, default=8000, help="port to listen on (0: any)")
-    agent.add_argument("--events", type=int, default=40, help="events per task")
-    agent.add_argument("--interval", type=float, default=0.05, help="seconds between events")
-    agent.add_argument("--event-bytes", type=int, default=64, help="padding bytes per event")
+    agent.add_argument("--events", type=_count, default=40, help="events per task")
+    agent.add_argument("--interval", type=_seconds, default=0.05, help="seconds between events")
+    agent.add_argument("--event-bytes", type=_count, default=64, help="padding bytes per event")
     agent.add_argument(
         "--final-state",
         default="completed",
         choices=["completed", "failed", "canceled"],
         help="how tasks end",
     )
-    agent.add_argument("--fault", default=None, help="a fault mode")
-    agent.set_defaults(command="agent")
+    _fault(agent)
 
-    follow = commands.add_parser(
+
+def _follow(commands: _Commands) -> None:
+    follow = _command(
+        commands,
         "follow",
         help="follow a task of an agent, printing its events as JSON lines",
         description="Follow a task's live trajectory through the agent's card; print each "
-        "event as a JSON line on stdout.",
+        'event as a JSON line {"turn", "index", "event"} on stdout, as it is stored '
+        "(--events-only: the bare events).",
+        epilog=f"When the task ends but its trajectory was not read to its end (the agent "
+        f"served malformed pages, or went away), follow says how many events were stored "
+        f"and exits {EXIT_INCOMPLETE}. Every exit code: follower --help.",
     )
-    follow.add_argument("url", help="the agent's A2A URL (its card is under it)")
+    _global_options(follow)
+    follow.add_argument(
+        "url", type=_agent_url, help="the agent's http(s) A2A URL (its card is under it)"
+    )
     which = follow.add_mutually_exclusive_group(required=True)
     which.add_argument(
         "--task",
@@ -91,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the key prefix (default: follow/<task id>/, so that runs never mix)",
     )
-    follow.add_argument("--turn", default="turn-1", help="the turn id (default: turn-1)")
+    follow.add_argument("--turn", default="turn-1", help="the turn id")
     follow.add_argument(
         "--poll", type=_positive, default=0.5, help="seconds between reads and task checks"
     )
@@ -99,17 +191,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--deadline",
         type=_positive,
         default=600.0,
-        help="seconds to wait for the task to end, then cancel it (default: 600)",
+        help="seconds to wait for the task to end, then cancel it",
     )
     add_credential_arguments(follow)
-    follow.set_defaults(command="follow")
+    _events_only(follow)
 
-    tail = commands.add_parser(
+
+def _tail(commands: _Commands) -> None:
+    tail = _command(
+        commands,
         "tail",
         help="print a stored step's events as they arrive, turn after turn",
         description="Print the events stored under STORE/PREFIX, from TURN on, as JSON "
-        'lines {"turn", "index", "event"}, until the step\'s last turn ends.',
+        'lines {"turn", "index", "event"} (--events-only: the bare events), until the '
+        "step's last turn ends. A step still running, or one whose worker died, has no "
+        "end yet: tail waits for it (and says so on stderr) until --idle-timeout.",
     )
+    _global_options(tail)
     tail.add_argument(
         "store", type=store_argument, help="the store's folder, or s3://BUCKET/PREFIX/"
     )
@@ -119,25 +217,21 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--poll", type=_positive, default=0.5, help="seconds between listings")
     tail.add_argument(
         "--idle-timeout",
-        type=float,
+        type=_positive,
         default=None,
-        help="give up after this many seconds without a new object",
+        metavar="SECONDS",
+        help="give up (exit 1) after this many seconds without a new object "
+        "(default: wait for ever)",
     )
-    tail.set_defaults(command="tail")
-    _validate(commands)
-    return parser
+    _events_only(tail)
 
 
-# `follower validate`'s exit code when a bound broke: named here, where its help says
-# it, and returned by follower._cli, which lists it with the other codes.
-BOUND_BROKEN = 8
-
-
-def _validate(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    validate = commands.add_parser(
+def _validate(commands: _Commands) -> None:
+    validate = _command(
+        commands,
         "validate",
+        formatter_class=_DrawnHelpFormatter,
         help="check on loopback that no follower outlives its step (the operators' table)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="""\
 Run a step against the reference agent on a loopback socket for every step
 outcome (cancelled, raises, returns) x agent x backend, and print a row for
@@ -157,11 +251,14 @@ following); always: no read reaching the agent after the block exited (watched
 for a grace window) and no follower task left running; end.json written,
 canceled / failed / completed.""",
         epilog=f"""\
-exit status: 0 every cell kept its bounds; {BOUND_BROKEN} a follower outlived its step or a
+exit status: 0 every cell kept its bounds; {EXIT_BOUND_BROKEN} a follower outlived its step or a
 bound broke (the row says 'BROKEN' and which); 2 usage (also --backend trio
 without trio; without --backend, a missing trio is said and asyncio runs).""",
     )
-    _backend(validate, default=argparse.SUPPRESS, both=True)
+    _global_options(
+        validate,
+        backend_help="the async backend to run on (default: both, asyncio then trio)",
+    )
     validate.add_argument(
         "--quick",
         action="store_true",
@@ -180,16 +277,22 @@ without trio; without --backend, a missing trio is said and asyncio runs).""",
         default=None,
         help="also write the table as JSON to PATH ('-': stdout, the table going to stderr)",
     )
-    validate.set_defaults(command="validate")
 
 
-def _backend(command: argparse.ArgumentParser, *, default: str | None, both: bool = False) -> None:
-    which = "both, asyncio then trio" if both else "asyncio; validate: both"
+def _fault(command: argparse.ArgumentParser) -> None:
     command.add_argument(
-        "--backend",
-        choices=["asyncio", "trio"],
-        default=default,
-        help=f"the async backend to run on (default: {which})",
+        "--fault",
+        default=None,
+        metavar="MODE",
+        help=f"make the agent misbehave; one of: {FAULT_NAMES}",
+    )
+
+
+def _events_only(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--events-only",
+        action="store_true",
+        help='print each event alone, not in its {"turn", "index", "event"} line',
     )
 
 
@@ -201,22 +304,70 @@ def _endpoint_url(command: argparse.ArgumentParser) -> None:
     )
 
 
+# Argument types: each says what it wants in its own words, which argparse prints
+# as is (a ValueError would make it say "invalid _port value").
+
+
+def _agent_url(text: str) -> str:
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError on a port out of range or not a number
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an agent's URL: http://HOST[:PORT]/... or https://..."
+        )
+    return text
+
+
 def _port(text: str) -> int:
-    port = int(text)
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
     if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port (0 to 65535)")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0 to 65535)")
     return port
 
 
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = _number(text)
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (0 or more)")
+    return value
+
+
 def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    value = _number(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (0 or more)")
     return value
 
 
 def _at_least_one(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a count of 1 or more")
     return value

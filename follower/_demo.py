@@ -21,6 +21,7 @@ import anyio
 import anyio.abc
 
 from ._a2a import connect_agent, run_a2a_turn
+from ._cli_progress import TurnDisplay
 from ._errors import FollowerError, InvalidArgumentError
 from ._layout import EndMark, TurnKeys
 from ._reader import read_live_trajectory
@@ -80,36 +81,9 @@ async def serve_reference_agent(
         task_status.started(url)
 
 
-class TurnDisplay:
-    """Each turn's progress: a bar redrawn in place on a terminal, lines elsewhere."""
-
-    def __init__(self, events_per_turn: int, out: TextIO) -> None:
-        self._total = max(events_per_turn, 1)
-        self._out = out
-        self._live = out.isatty()
-        self._shown: dict[str, int] = {}
-        self._finished: set[str] = set()
-
-    def update(self, turn_id: str, count: int) -> None:
-        if turn_id in self._finished:
-            return
-        previous = self._shown.get(turn_id, 0)
-        self._shown[turn_id] = count
-        if self._live:
-            self._draw(turn_id, count, "reading", end="\r")
-        elif count // 10 > previous // 10:
-            self._draw(turn_id, count, "reading")
-
-    def finish(self, turn_id: str, count: int, state: str) -> None:
-        self._finished.add(turn_id)
-        self._draw(turn_id, count, state)
-
-    def _draw(self, turn_id: str, count: int, state: str, end: str = "\n") -> None:
-        width = 24
-        filled = min(width, width * count // self._total)
-        bar = "#" * filled + "-" * (width - filled)
-        self._out.write(f"  {turn_id:<8} [{bar}] {count:>5} events  {state:<10}{end}")
-        self._out.flush()
+def new_step_prefix() -> str:
+    """A demo step's own key prefix: ``steps/<time>-<random>/``, so that runs never mix."""
+    return f"steps/{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}/"
 
 
 def stored_where(store: ObjectStore, prefix: str) -> str:
@@ -131,12 +105,14 @@ async def run_demo(
     interval_seconds: float,
     fault: Fault | None = None,
     fault_label: str | None = None,
+    prefix: str | None = None,
     out: TextIO | None = None,
 ) -> bool:
     """``follower demo``: a step of ``turns`` turns against the reference agent, in ``store``.
 
     ``fault`` makes the agent misbehave once the step is under way; the header
-    names it ``fault_label`` (by default its kind). Shows the step on ``out``
+    names it ``fault_label`` (by default its kind). The step is stored under
+    ``prefix`` (by default a new :func:`new_step_prefix`). Shows the step on ``out``
     (stdout by default) and returns whether the summary found no problem.
     """
     if turns < 1 or events < 0 or interval_seconds < 0:
@@ -148,8 +124,8 @@ async def run_demo(
         fault_label = "none" if fault is None else fault.kind.value
     out = sys.stdout if out is None else out
     agent = _reference_agent(events, interval_seconds)
-    step = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-    prefix = f"steps/{step}/"
+    if prefix is None:
+        prefix = new_step_prefix()
     turn_ids = [f"turn-{n}" for n in range(1, turns + 1)]
     display = TurnDisplay(events, out)
     started = anyio.current_time()
@@ -161,18 +137,19 @@ async def run_demo(
         out.write(f"storing the step under {stored_where(store, prefix)}\n")
         out.write(f"{len(turn_ids)} turns of {events} events, one every {interval_seconds} s\n")
         out.flush()
-        watched = anyio.Event()
-        tg.start_soon(_watch, store, prefix, turn_ids[0], display, watched)
-        if fault is not None:
-            tg.start_soon(_inject_fault, agent, fault)
-        try:
-            await _run_step(url, store, prefix, turn_ids, display)
-        except Exception as exc:
-            outcome = f"failed: {type(exc).__name__}: {exc}"
-        # The watcher ends once it reads the last turn's null link; give it a moment.
-        with anyio.move_on_after(5):
-            await watched.wait()
-        tg.cancel_scope.cancel()
+        with display:
+            watched = anyio.Event()
+            tg.start_soon(_watch, store, prefix, turn_ids[0], display, watched)
+            if fault is not None:
+                tg.start_soon(_inject_fault, agent, fault)
+            try:
+                await _run_step(url, store, prefix, turn_ids, display)
+            except Exception as exc:
+                outcome = f"failed: {type(exc).__name__}: {exc}"
+            # The watcher ends once it reads the last turn's null link; give it a moment.
+            with anyio.move_on_after(5):
+                await watched.wait()
+            tg.cancel_scope.cancel()
 
     elapsed = anyio.current_time() - started
     report = await _summarise(store, prefix, turn_ids)

@@ -18,7 +18,7 @@ from follower.testing import ReferenceAgent, TaskScript
 from .support.cli import (
     assert_no_traceback,
     assert_one_line_error,
-    json_lines,
+    printed_events,
     run_cli_async,
     run_until_first_line_then_interrupt,
     serving,
@@ -56,7 +56,7 @@ async def test_two_runs_store_two_tasks_apart(anyio_backend: str, tmp_path: Path
         [turn] = read_linked_turns(tmp_path / "out" / "follow" / task_id, "turn-1")
         assert turn.task is not None
         assert turn.task["task_id"] == task_id
-        assert json_lines(run.stdout) == turn.events  # each run prints its own task
+        assert printed_events(run.stdout) == turn.events  # each run prints its own task
     assert sorted(p.name for p in (tmp_path / "out" / "follow").iterdir()) == sorted(ids)
 
 
@@ -106,7 +106,7 @@ async def test_a_killed_run_is_resumed_with_task(anyio_backend: str, tmp_path: P
     script = [agent.script.event(i) for i in range(agent.script.events)]
     assert turn.events == script, "every event stored exactly once, in order"
     assert turn.end == {"state": "completed", "next": len(script), "complete": True}
-    assert json_lines(resumed.stdout) == script  # what is stored, from the start
+    assert printed_events(resumed.stdout) == script  # what is stored, from the start
     assert agent.statistics().tasks == 1
 
 

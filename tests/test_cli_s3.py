@@ -26,6 +26,7 @@ from .support.cli import (
     assert_no_traceback,
     assert_one_line_error,
     json_lines,
+    printed_events,
     run_cli,
     run_cli_async,
     serving,
@@ -82,7 +83,7 @@ async def test_follow_stores_the_task_in_the_bucket_and_tail_prints_it(
     assert found is not None, followed.stderr
     task_id = found.group(1)
     events = [SCRIPT.event(index) for index in range(SCRIPT.events)]
-    assert json_lines(followed.stdout) == events
+    assert printed_events(followed.stdout) == events
 
     live = f"runs/follow/{task_id}/turn-1/live/"
     stored = keys_in(client, bucket, live)
@@ -123,9 +124,12 @@ def test_demo_stores_its_step_in_the_bucket_and_says_where(
     assert "  read back: 10 events across 2 turns" in lines
     steps = {key.split("/")[2] for key in keys_in(client, bucket)}
     assert len(steps) == 1, steps
-    where = f"s3://{bucket}/demo/steps/{steps.pop()}/"
+    step_key = f"steps/{steps.pop()}/"
+    where = f"s3://{bucket}/demo/{step_key}"
     assert f"storing the step under {where}" in lines
-    assert lines[-1] == f"stored under {where}"
+    assert lines[-2] == f"stored under {where}"
+    # The command that reads it back, with the endpoint it was stored through.
+    assert lines[-1].startswith(f"read it back: follower tail s3://{bucket}/demo/ {step_key} ")
     step = where.removeprefix(f"s3://{bucket}/")
     for turn in ("turn-1", "turn-2"):
         assert f"{step}{turn}/live/end.json" in keys_in(client, bucket, step)

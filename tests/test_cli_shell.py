@@ -35,8 +35,8 @@ from .support.cli import (
     VERDICT,
     assert_no_traceback,
     assert_one_line_error,
-    json_lines,
     only_step,
+    printed_events,
     run_cli_async,
     run_until_first_line_then_interrupt,
     send_message,
@@ -91,7 +91,7 @@ async def test_follow_task_interrupted_cancels_the_task(anyio_backend: str, tmp_
             )
     assert agent.statistics().canceled_tasks == 1
     turn = assert_closed(tmp_path / "out" / "follow" / task_id)
-    printed = json_lines(run.first_line + "\n" + run.stdout)
+    printed = printed_events(run.first_line + "\n" + run.stdout)
     assert printed == turn.events[: len(printed)]
     assert_no_traceback(run)
     assert run.stderr.splitlines()[-1:] == ["follower: interrupted"], run.stderr

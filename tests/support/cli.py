@@ -110,12 +110,14 @@ async def run_until_first_line_then_interrupt(
     on_first_line: Callable[[str], Awaitable[None]] | None = None,
     *,
     signal_number: int = signal.SIGINT,
+    times: int = 1,
 ) -> Interrupted:
     """Start ``follower ARGS``, wait for its first line on stdout, then press Ctrl-C.
 
     Ordered on the output itself: the interrupt is sent once the command has
     shown it is under way (and ``on_first_line`` has looked at it), never after
     a sleep. ``signal_number=signal.SIGKILL`` kills it instead: a worker that died.
+    ``times=2``: Ctrl-C twice in a row, as an impatient user does.
     """
     stderr = bytearray()
 
@@ -135,7 +137,8 @@ async def run_until_first_line_then_interrupt(
                 first = await stdout.receive_until(b"\n", MAX_LINE_BYTES)
                 if on_first_line is not None:
                     await on_first_line(first.decode())
-                process.send_signal(signal_number)
+                for _ in range(times):
+                    process.send_signal(signal_number)
                 rest = bytearray()
                 with anyio.move_on_after(INTERRUPT_SECONDS) as waiting:
                     try:
@@ -222,6 +225,17 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int | 
 def json_lines(text: str) -> list[Any]:
     """Each line of ``text`` as JSON; every line must be one value."""
     return [json.loads(line) for line in text.splitlines()]
+
+
+def printed_events(text: str, turn: str = "turn-1") -> list[Any]:
+    """The events ``follow`` (or ``tail``, of one turn) printed: each line is
+    ``{"turn", "index", "event"}``, the indexes counting from 0; the events alone."""
+    lines = json_lines(text)
+    assert [set(line) for line in lines] == [{"turn", "index", "event"}] * len(lines), lines
+    assert [(line["turn"], line["index"]) for line in lines] == [
+        (turn, index) for index in range(len(lines))
+    ]
+    return [line["event"] for line in lines]
 
 
 def without_padding(event: Any) -> Any:
