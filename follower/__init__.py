@@ -18,6 +18,7 @@ from ._errors import AgentUnavailableError as AgentUnavailableError
 from ._errors import ClientClosedError as ClientClosedError
 from ._errors import CorruptObjectError as CorruptObjectError
 from ._errors import CursorMismatchError as CursorMismatchError
+from ._errors import EventTooLargeError as EventTooLargeError
 from ._errors import FollowerError as FollowerError
 from ._errors import InvalidArgumentError as InvalidArgumentError
 from ._errors import InvalidKeyError as InvalidKeyError
@@ -28,6 +29,8 @@ from ._errors import ObjectExistsError as ObjectExistsError
 from ._errors import ObjectNotFoundError as ObjectNotFoundError
 from ._errors import PageFieldError as PageFieldError
 from ._errors import PageNotAnObjectError as PageNotAnObjectError
+from ._errors import PageNumberError as PageNumberError
+from ._errors import PageTooDeepError as PageTooDeepError
 from ._errors import PageTooLargeError as PageTooLargeError
 from ._errors import PoolBusyError as PoolBusyError
 from ._errors import ReaderIdleError as ReaderIdleError
@@ -39,6 +42,7 @@ from ._errors import StoreUnavailableError as StoreUnavailableError
 from ._errors import TaskMismatchError as TaskMismatchError
 from ._errors import TaskNotFoundError as TaskNotFoundError
 from ._errors import TaskTimeoutError as TaskTimeoutError
+from ._errors import TooManyEventsError as TooManyEventsError
 from ._errors import TurnConflictError as TurnConflictError
 from ._errors import TurnExistsError as TurnExistsError
 from ._errors import TurnStateError as TurnStateError
@@ -95,6 +99,10 @@ __all__ = [
     "PageFieldError",
     "PageNotAnObjectError",
     "PageTooLargeError",
+    "PageTooDeepError",
+    "PageNumberError",
+    "EventTooLargeError",
+    "TooManyEventsError",
     "PoolBusyError",
     "ReaderIdleError",
     "StoreAccessDeniedError",

@@ -17,7 +17,11 @@
     │       ├── CursorMismatchError      ``next != after + len(events)``
     │       ├── TaskMismatchError        ``task_id`` is not the one asked for
     │       ├── NoProgressError          ``has_more`` on a page that does not advance
-    │       └── PageTooLargeError        the body is larger than ``max_page_bytes``
+    │       ├── PageTooLargeError        the body is larger than ``max_page_bytes``
+    │       ├── TooManyEventsError       more events than an agent may send in one page
+    │       ├── EventTooLargeError       one event larger than ``max_event_bytes``
+    │       ├── PageTooDeepError         nested deeper than ``MAX_JSON_DEPTH``
+    │       └── PageNumberError          a number JSON cannot hold exactly (NaN, 1e400...)
     ├── StoreError                   an object store misbehaved
     │   ├── ObjectExistsError        write-once: the key is already written
     │   │   └── ObjectConflictError      ... with other bytes than the put's
@@ -137,6 +141,39 @@ class NoProgressError(MalformedPageError):
 
 class PageTooLargeError(MalformedPageError):
     """The body is larger than ``max_page_bytes``; it was not loaded."""
+
+
+class _PageLimitError(MalformedPageError):
+    """A page over one of the page limits; ``task_id`` and ``after`` name the read."""
+
+    def __init__(self, message: str, *, task_id: str, after: int) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.after = after
+
+
+class TooManyEventsError(_PageLimitError):
+    """The page holds more events than an agent may send in one (``MAX_PAGE_EVENTS``, 1000).
+
+    Refused before its events are built, handed over or stored.
+    """
+
+
+class EventTooLargeError(_PageLimitError):
+    """One event of the page, as compact JSON, is larger than ``max_event_bytes``."""
+
+
+class PageTooDeepError(_PageLimitError):
+    """The page nests deeper than ``MAX_JSON_DEPTH`` levels; refused before decoding."""
+
+
+class PageNumberError(_PageLimitError):
+    """The page holds a number JSON cannot carry exactly.
+
+    ``NaN`` and ``Infinity`` (not JSON), a float out of the double range
+    (``1e400``, which would become ``Infinity``), or an integer over Python's
+    4,300-digit limit.
+    """
 
 
 # --- the store's faults -------------------------------------------------------------

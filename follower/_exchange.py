@@ -14,6 +14,8 @@ from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
+import anyio.lowlevel
+import anyio.to_thread
 import httpx
 
 from ._errors import (
@@ -25,9 +27,14 @@ from ._errors import (
     PoolBusyError,
     TaskNotFoundError,
 )
-from ._options import DEFAULT_MAX_PAGE_BYTES, DEFAULT_READ_TIMEOUT_SECONDS, RequestHeaders
+from ._options import (
+    DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_PAGE_BYTES,
+    DEFAULT_READ_TIMEOUT_SECONDS,
+    RequestHeaders,
+)
 from ._transport import BODY_EXTENSION, AgentClient, ResponseBody
-from ._wire import Page
+from ._wire import LARGE_PAGE_BYTES, Page
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator
@@ -40,6 +47,12 @@ _ERROR_BODY_BYTES = 64 * 1024
 # "Later", not "no": a proxy's request timeout (408) and throttling (429) are
 # retried like a 5xx, and their Retry-After honoured (docs/protocol.md, read rules).
 RETRY_LATER_STATUSES = frozenset({408, 429})
+# Large pages decode in worker threads, this many at a time in a process: each holds
+# its page's decoded values, so the bound is on memory as much as on threads.
+PAGE_DECODER_THREADS = 4
+_page_decoders: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar(
+    "follower_page_decoders"
+)
 
 
 class ErrorBody(bytes):
@@ -65,12 +78,16 @@ async def read_page(
     *,
     read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     headers: RequestHeaders = (),
 ) -> Page:
     """Read one page of ``task_id`` from cursor ``after``, validated.
 
     ``headers`` (checked pairs, see :func:`~follower._options.request_headers`) are
-    sent with the read, on top of the client's own.
+    sent with the read, on top of the client's own. A body over ``LARGE_PAGE_BYTES``
+    is decoded in a worker thread, so the event loop keeps its schedule (deadlines,
+    other followers) meanwhile; a smaller one decodes in place, in well under a
+    millisecond.
     """
     status, body = await exchange(
         client,
@@ -84,7 +101,36 @@ async def read_page(
     )
     if status != 200:
         raise _status_error(status, body, task_id, endpoint)
-    return Page.from_json(body, task_id=task_id, after=after)
+    if len(body) <= LARGE_PAGE_BYTES:
+        return Page.from_json(
+            body,
+            task_id=task_id,
+            after=after,
+            max_page_bytes=max_page_bytes,
+            max_event_bytes=max_event_bytes,
+        )
+    decode = functools.partial(
+        Page.from_json,
+        body,
+        task_id=task_id,
+        after=after,
+        max_page_bytes=max_page_bytes,
+        max_event_bytes=max_event_bytes,
+    )
+    # Abandoned on cancel, so a deadline or a step's cancel ends the read at once; the
+    # thread finishes its page (a bounded decode, under a second at the caps) and drops it.
+    return await anyio.to_thread.run_sync(
+        decode, abandon_on_cancel=True, limiter=_decoder_limiter()
+    )
+
+
+def _decoder_limiter() -> anyio.CapacityLimiter:
+    try:
+        return _page_decoders.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(PAGE_DECODER_THREADS)
+        _page_decoders.set(limiter)
+        return limiter
 
 
 async def exchange(

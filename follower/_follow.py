@@ -33,7 +33,13 @@ from ._errors import (
     TaskNotFoundError,
 )
 from ._exchange import read_page
-from ._options import DEFAULT_MAX_PAGE_BYTES, DEFAULT_READ_TIMEOUT_SECONDS, FollowOptions, count
+from ._options import (
+    DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_PAGE_BYTES,
+    DEFAULT_READ_TIMEOUT_SECONDS,
+    FollowOptions,
+    count,
+)
 from ._retries import FailureStreak, backoff_fraction, failure_reason, retry_delay
 
 if TYPE_CHECKING:
@@ -46,6 +52,11 @@ logger = logging.getLogger("follower.follow")
 Sink = Callable[["TrajectoryBatch"], Awaitable[None]]
 
 AFTER_STOP_PAUSE_SECONDS = 0.2
+# An agent that answers has_more read after read is read back to back, but not for
+# ever: after this many in a row the follower pauses (AFTER_STOP_PAUSE_SECONDS, or the
+# poll interval if shorter). A backlog of 100,000 events then costs one short pause,
+# and an agent that always has more gets at most ~500 reads a second of one follower.
+MAX_READS_WITHOUT_PAUSE = 100
 # An agent may register a task's trajectory a moment after message/send answered:
 # until a follower has read a page, a 404 within this long of its first read is
 # "not yet", read again after the poll interval (at most NOT_FOUND_RETRY_SECONDS).
@@ -130,6 +141,7 @@ async def follow_trajectory(
     after: int = 0,
     read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     max_follow_seconds: float | None = None,
 ) -> FollowOutcome:
     """Read ``task_id``'s trajectory from cursor ``after`` and hand each page to ``sink``.
@@ -147,6 +159,7 @@ async def follow_trajectory(
         poll_interval_seconds=poll_interval_seconds,
         read_timeout_seconds=read_timeout_seconds,
         max_page_bytes=max_page_bytes,
+        max_event_bytes=max_event_bytes,
         max_follow_seconds=max_follow_seconds,
         client=client,
     )
@@ -248,6 +261,7 @@ class _Follower:
         self._first_read_at: float | None = None
         self._read_a_page = False
         self._not_found = 0
+        self._back_to_back = 0
 
     async def run(self, client: httpx.AsyncClient, after: int) -> None:
         cursor = after
@@ -292,8 +306,9 @@ class _Follower:
             if page.last:
                 return
             if page.has_more:
-                await anyio.lowlevel.checkpoint()
+                await self._next_at_once()
             else:
+                self._back_to_back = 0
                 await self._pause()
 
     def _may_be_registered_late(self) -> bool:
@@ -335,6 +350,7 @@ class _Follower:
                 read_timeout_seconds=self.options.read_timeout_seconds,
                 max_page_bytes=self.options.max_page_bytes,
                 headers=self.options.headers,
+                max_event_bytes=self.options.max_event_bytes,
             )
         except PoolBusyError:
             raise  # never sent: not a read of the agent
@@ -371,6 +387,15 @@ class _Follower:
         self.progress.cursor = page.next
         self.progress.events += len(page.events)
         self.progress.complete = page.last
+
+    async def _next_at_once(self) -> None:
+        """Between pages that have more: a checkpoint, and a short pause now and then."""
+        self._back_to_back += 1
+        if self._back_to_back < MAX_READS_WITHOUT_PAUSE:
+            await anyio.lowlevel.checkpoint()
+        else:
+            self._back_to_back = 0
+            await anyio.sleep(min(AFTER_STOP_PAUSE_SECONDS, self.poll))
 
     async def _pause(self) -> None:
         """The wait between reads of a task with nothing new to read."""

@@ -26,7 +26,7 @@ import attrs
 from ._errors import CorruptObjectError, InvalidKeyError
 from ._keys import MAX_KEY_BYTES, check_prefix, check_segment, check_turn_id
 from ._nesting import MAX_JSON_DEPTH, nests_too_deep, too_deep_lines
-from ._wire import TrajectoryState
+from ._wire import TrajectoryState, finite_float, refuse_constant
 
 JSON = "application/json"
 JSONL = "application/jsonl"
@@ -36,8 +36,9 @@ END = "end.json"
 NEXT = "next.json"
 # Positions of up to 18 digits: any count of events, and never an int() too long to parse.
 _CHUNK = re.compile(r"([0-9]{8,18})-([0-9]{8,18})\.jsonl")
-# A reused encoder: the same bytes as json.dumps(..., separators=...), without building one a call.
-_ENCODER = json.JSONEncoder(separators=(",", ":"))
+# A reused encoder: the same bytes as json.dumps(..., separators=...), without building one a
+# call, for every value JSON holds; NaN and the infinities, which it does not, are refused.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 # The C encoder that json.dumps runs under _ENCODER.encode, made once a chunk rather than
 # once an event: that setup was half of a small event's cost. A fresh one a chunk, since its
 # circular-reference markers are not cleared after an error. None where CPython's C
@@ -165,7 +166,9 @@ def encode_events(events: tuple[Any, ...]) -> bytes:
     """A chunk's body: each event as compact JSON on its own line.
 
     The bytes are exactly ``json.dumps(event, separators=(",", ":"))`` a line
-    (ASCII, numbers as Python writes them, NaN and Infinity as the stdlib does).
+    (ASCII, numbers as Python writes them). A float that is NaN or infinite is
+    no JSON: ``ValueError``, as for a circular reference, and nothing is written
+    (a page read from an agent never holds one: docs/protocol.md, "Numbers").
     """
     if _C_MAKE_ENCODER is None:  # pragma: no cover - CPython always has it
         return "".join(_ENCODER.encode(event) + "\n" for event in events).encode()
@@ -199,9 +202,9 @@ def decode_events(body: bytes, key: str) -> list[Any]:
         raise CorruptObjectError(
             f"stored chunk {key!r}: line {deep[0] + 1} nests deeper than {MAX_JSON_DEPTH} levels"
         )
-    loads = json.loads
+    decode = json.JSONDecoder(parse_constant=refuse_constant, parse_float=finite_float).decode
     try:
-        return [loads(line) for line in text.split("\n") if line.strip()]
+        return [decode(line) for line in text.split("\n") if line.strip()]
     except ValueError as exc:
         raise CorruptObjectError(
             f"stored chunk {key!r} holds a line that is not JSON: {exc}"
@@ -219,14 +222,14 @@ def decode_json_object(body: bytes, key: str) -> dict[str, Any]:
     """A stored JSON object, or :class:`CorruptObjectError` naming the key.
 
     UTF-8, nested no deeper than :data:`~follower._nesting.MAX_JSON_DEPTH`, and
-    strict JSON: ``NaN`` and ``Infinity``, which no mark holds, are refused too.
+    strict JSON: ``NaN``, ``Infinity`` and floats past the double range are refused too.
     """
     data = _stored_bytes(body, key, "stored object")
     text = _utf8(data, key, "stored object")
     if nests_too_deep(data):
         raise CorruptObjectError(f"stored object {key!r} nests deeper than {MAX_JSON_DEPTH} levels")
     try:
-        value = json.loads(text, parse_constant=_no_constant)
+        value = json.loads(text, parse_constant=refuse_constant, parse_float=finite_float)
     except ValueError as exc:
         raise CorruptObjectError(f"stored object {key!r} is not JSON: {exc}") from exc
     if not isinstance(value, dict):
@@ -249,10 +252,6 @@ def _utf8(data: bytes, key: str, what: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CorruptObjectError(f"{what} {key!r} is not UTF-8: {exc}") from exc
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 @attrs.frozen

@@ -19,7 +19,12 @@ if TYPE_CHECKING:
     import httpx
 
 DEFAULT_READ_TIMEOUT_SECONDS = 30.0
-DEFAULT_MAX_PAGE_BYTES = 64 * 1024 * 1024
+# The agent sends about 4 MiB a read (but the first event whatever its size): four
+# times that leaves room, and with the events cap a page decodes in a worker thread in
+# well under a second. 64 MiB let one page hold 33 M tiny events.
+DEFAULT_MAX_PAGE_BYTES = 16 * 1024 * 1024
+# One event, as compact JSON: half a page, so a page at the cap holds at least two.
+DEFAULT_MAX_EVENT_BYTES = 8 * 1024 * 1024
 DEFAULT_DRAIN_SECONDS = 60.0
 
 # Extra request fields, as checked (name, value) pairs: hashable, so kept once.
@@ -125,6 +130,9 @@ class FollowOptions:
     )
     max_page_bytes: int = attrs.field(
         default=DEFAULT_MAX_PAGE_BYTES, validator=_validated(lambda n, v: count(n, v, minimum=1))
+    )
+    max_event_bytes: int = attrs.field(
+        default=DEFAULT_MAX_EVENT_BYTES, validator=_validated(lambda n, v: count(n, v, minimum=1))
     )
     drain_seconds: float = attrs.field(
         default=DEFAULT_DRAIN_SECONDS, validator=_validated(non_negative_seconds)

@@ -14,14 +14,30 @@ import attrs
 
 from ._errors import (
     CursorMismatchError,
+    EventTooLargeError,
     NoProgressError,
     PageFieldError,
     PageNotAnObjectError,
+    PageNumberError,
+    PageTooDeepError,
+    PageTooLargeError,
     TaskMismatchError,
+    TooManyEventsError,
     UnknownStateError,
 )
+from ._nesting import MAX_JSON_DEPTH, decoded_bytes_estimate, nests_too_deep
+from ._options import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_PAGE_BYTES
 
 TRAJECTORY_EXTENSION_URI = "urn:agentenv:trajectory/v1"
+# The agent returns at most this many events a read (docs/protocol.md, "The cursor read").
+MAX_PAGE_EVENTS = 1000
+# A body over this size may decode to many small values: its decoded size is estimated
+# first (a pass at C speed) and refused past DECODED_PAGE_FACTOR x max_page_bytes.
+# Below it, decoding takes under a millisecond and little memory whatever the shape.
+LARGE_PAGE_BYTES = 128 * 1024
+DECODED_PAGE_FACTOR = 8
+# Events measured as they would be stored: compact JSON, as the chunk encoder writes them.
+_EVENT_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
 class TrajectoryState(enum.StrEnum):
@@ -52,6 +68,26 @@ class TrajectoryState(enum.StrEnum):
         if word in ("canceled", "cancelled"):
             return cls.CANCELED
         return cls.FAILED
+
+
+class NumberRefused(ValueError):
+    """A number JSON cannot carry exactly, met while decoding (the decoder's hooks raise it)."""
+
+
+def refuse_constant(name: str) -> Any:
+    """``parse_constant`` for ``json.loads``: ``NaN``, ``Infinity``, ``-Infinity`` are not JSON."""
+    raise NumberRefused(f"{name} is not a JSON number")
+
+
+def finite_float(text: str) -> float:
+    """``parse_float`` for ``json.loads``: a float past the double range would become infinite.
+
+    Called only for numbers with a fraction or an exponent; integers keep the fast path.
+    """
+    value = float(text)
+    if value - value:  # inf - inf is NaN, which is true; a finite float gives 0.0
+        raise NumberRefused(f"{text[:40]} is out of the range of a double (it would be {value})")
+    return value
 
 
 _TERMINAL = frozenset({TrajectoryState.COMPLETED, TrajectoryState.FAILED, TrajectoryState.CANCELED})
@@ -111,16 +147,54 @@ class Page:
         )
 
     @classmethod
-    def from_json(cls, body: bytes | str, *, task_id: str, after: int) -> Page:
+    def from_json(
+        cls,
+        body: bytes | str,
+        *,
+        task_id: str,
+        after: int,
+        max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    ) -> Page:
         """Parse and validate the answer to a read of ``task_id`` from ``after``.
 
         Raises a :class:`~follower.MalformedPageError` subclass naming what is wrong.
+        Measured before decoding: the nesting depth, and, for a large body, the
+        size it would decode to (within ``DECODED_PAGE_FACTOR`` x ``max_page_bytes``).
+        Numbers must be ones JSON carries exactly (docs/protocol.md, "Numbers").
+        Sync and CPU-bound: the reader runs it in a worker thread for a large body.
         """
+        data_bytes = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
+        where = f"page for task {task_id!r} at after={after}"
+        if nests_too_deep(data_bytes):
+            raise PageTooDeepError(
+                f"{where} nests deeper than {MAX_JSON_DEPTH} levels", task_id=task_id, after=after
+            )
+        if len(data_bytes) > LARGE_PAGE_BYTES:
+            estimate = decoded_bytes_estimate(data_bytes)
+            if estimate > DECODED_PAGE_FACTOR * max_page_bytes:
+                raise PageTooLargeError(
+                    f"{where} would decode to about {estimate} bytes, over "
+                    f"{DECODED_PAGE_FACTOR} x the {max_page_bytes}-byte cap; not decoded"
+                )
         try:
-            data = json.loads(body)
-        except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
-            raise PageNotAnObjectError(f"page for task {task_id!r} is not JSON: {exc}") from exc
-        return cls.from_object(data, task_id=task_id, after=after)
+            data = json.loads(body, parse_constant=refuse_constant, parse_float=finite_float)
+        except NumberRefused as exc:
+            raise PageNumberError(f"{where}: {exc}", task_id=task_id, after=after) from None
+        except ValueError as exc:
+            if "integer string conversion" in str(exc):  # over sys.get_int_max_str_digits()
+                raise PageNumberError(
+                    f"{where} holds an integer of more digits than Python converts exactly",
+                    task_id=task_id,
+                    after=after,
+                ) from None
+            raise PageNotAnObjectError(f"{where} is not JSON: {exc}") from exc
+        except RecursionError as exc:  # pragma: no cover - measured above; kept as a last guard
+            raise PageNotAnObjectError(f"{where} is not JSON: {exc}") from exc
+        page = cls.from_object(data, task_id=task_id, after=after)
+        if len(data_bytes) > max_event_bytes:  # only then can one event be over the cap
+            _check_event_sizes(page.events, max_event_bytes, task_id, after)
+        return page
 
     @classmethod
     def from_object(cls, data: Any, *, task_id: str, after: int) -> Page:
@@ -142,6 +216,13 @@ class Page:
             ) from None
         fmt = _field(data, "format", str, nullable=True, required=False)
         events = _field(data, "events", list)
+        if len(events) > MAX_PAGE_EVENTS:
+            raise TooManyEventsError(
+                f"page for task {task_id!r} at after={after} holds {len(events)} events, "
+                f"over the {MAX_PAGE_EVENTS} an agent may send in one page",
+                task_id=task_id,
+                after=after,
+            )
         nxt = _field(data, "next", int)
         has_more = _field(data, "has_more", bool)
         if nxt != after + len(events):
@@ -163,6 +244,19 @@ class Page:
             next=nxt,
             has_more=has_more,
         )
+
+
+def _check_event_sizes(events: tuple[Any, ...], limit: int, task_id: str, after: int) -> None:
+    encode = _EVENT_ENCODER.encode
+    for index, event in enumerate(events):
+        size = len(encode(event))
+        if size > limit:
+            raise EventTooLargeError(
+                f"page for task {task_id!r}: event {after + index} is {size} bytes of JSON, "
+                f"over the {limit}-byte cap (max_event_bytes)",
+                task_id=task_id,
+                after=after,
+            )
 
 
 def _field(

@@ -289,6 +289,22 @@ async def test_pages_that_have_more_are_read_back_to_back() -> None:
     assert run.ended_at == pytest.approx(agent.reads[-1].at, abs=1e-6)
 
 
+async def test_after_a_hundred_pages_in_a_row_that_have_more_the_follower_pauses() -> None:
+    # An agent that always has more must not keep one follower reading without a pause.
+    agent = agent_with_t1(*range(250), page_limit=1)
+    agent.finish("t1")
+    sink = RecordingSink()
+    with anyio.fail_after(100):
+        async with agent.client() as client:
+            await follow_t1(client, sink)
+    times = read_times(agent)
+    assert len(times) == 250
+    pause = min(AFTER_STOP_PAUSE, POLL)
+    # Reads 1-100 at once, then a pause; reads 101-200, a pause; then the rest.
+    assert times == exactly([0.0] * 100 + [pause] * 100 + [2 * pause] * 50)
+    assert sink.events == list(range(250))
+
+
 async def test_finished_task_is_read_to_the_end_at_once() -> None:
     agent = agent_with_t1(*range(5), page_limit=2)
     agent.finish("t1", TrajectoryState.FAILED)
