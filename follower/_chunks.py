@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+import anyio.to_thread
+
 from ._errors import ObjectConflictError, ObjectExistsError, UsageError
 from ._layout import JSON, JSONL, EndMark, MetaMark, NextLink, TaskMark, TurnKeys, encode_events
 from ._stores import check_same_bytes
+from ._wire import LARGE_PAGE_BYTES
 
 if TYPE_CHECKING:
     from ._stores import ObjectStore
@@ -75,7 +78,13 @@ class LiveTrajectoryChunks:
             await self._store_format(batch.format)
         if batch.events:
             key = self._keys.chunk(batch.after, batch.next)
-            body = encode_events(batch.events)
+            if batch.wire_bytes > LARGE_PAGE_BYTES:
+                # Encoding a large page takes about as long as decoding it: off the loop too.
+                body = await anyio.to_thread.run_sync(
+                    encode_events, batch.events, abandon_on_cancel=True
+                )
+            else:
+                body = encode_events(batch.events)
             await self._put(key, body, JSONL)
             self.stored_next = batch.next
             self.chunks_stored += 1

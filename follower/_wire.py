@@ -111,6 +111,9 @@ class TrajectoryBatch:
     format: str | None
     state: TrajectoryState
     last: bool
+    wire_bytes: int = attrs.field(default=0, eq=False, repr=False, kw_only=True)
+    """The size of the page's body as read (0 when unknown): a sink encodes a large one
+    off the event loop. Not part of the batch's value."""
 
     @next.validator
     def _check_next(self, _attribute: attrs.Attribute[int], value: int) -> None:
@@ -130,6 +133,7 @@ class Page:
     events: tuple[Any, ...]
     next: int
     has_more: bool
+    body_bytes: int = attrs.field(default=0, eq=False, repr=False, kw_only=True)
 
     @property
     def last(self) -> bool:
@@ -144,6 +148,7 @@ class Page:
             format=self.format,
             state=self.state,
             last=self.last,
+            wire_bytes=self.body_bytes,
         )
 
     @classmethod
@@ -191,14 +196,14 @@ class Page:
             raise PageNotAnObjectError(f"{where} is not JSON: {exc}") from exc
         except RecursionError as exc:  # pragma: no cover - measured above; kept as a last guard
             raise PageNotAnObjectError(f"{where} is not JSON: {exc}") from exc
-        page = cls.from_object(data, task_id=task_id, after=after)
+        page = cls.from_object(data, task_id=task_id, after=after, body_bytes=len(data_bytes))
         if len(data_bytes) > max_event_bytes:  # only then can one event be over the cap
             _check_event_sizes(page.events, max_event_bytes, task_id, after)
         return page
 
     @classmethod
-    def from_object(cls, data: Any, *, task_id: str, after: int) -> Page:
-        """Validate an already-decoded JSON value as a page."""
+    def from_object(cls, data: Any, *, task_id: str, after: int, body_bytes: int = 0) -> Page:
+        """Validate an already-decoded JSON value as a page (``body_bytes`` long as read)."""
         if not isinstance(data, dict):
             raise PageNotAnObjectError(
                 f"page for task {task_id!r} is a JSON {type(data).__name__}, not an object"
@@ -243,6 +248,7 @@ class Page:
             events=tuple(events),
             next=nxt,
             has_more=has_more,
+            body_bytes=body_bytes,
         )
 
 
