@@ -5,7 +5,9 @@ shape). Prints the library's own path (``Page.from_json``, ``encode_events``)
 beside the alternatives it was chosen over: the per-event ``JSONEncoder.encode``
 it replaced and, when msgspec is installed, msgspec's decoder and encoder
 (whose encoder writes other bytes: raw UTF-8, ``1e16`` for ``1e+16``, NaN as
-``null``). Nothing is asserted.
+``null``). Then large pages read through ``read_page`` on asyncio: how long the
+read took, what it gave, and the longest the event loop went without running a
+10 ms heartbeat task meanwhile. Nothing is asserted.
 
     python benchmarks/page_codec.py
 """
@@ -14,10 +16,15 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import timeit
 from collections.abc import Callable
 from typing import Any
 
+import anyio
+import httpx
+
+from follower._exchange import read_page
 from follower._layout import encode_events
 from follower._wire import Page
 
@@ -78,5 +85,60 @@ def main() -> None:
         print(f"{events:>6}  {name:<40} {seconds * 1e6:>10.2f} {seconds * 1e6 / events:>9.3f}")
 
 
+def large_pages() -> dict[str, bytes]:
+    head = b'{"task_id":"t","state":"running","events":['
+
+    def page(events: bytes, count: int) -> bytes:
+        return head + events + b'],"next":%d,"has_more":true}' % count
+
+    tiny = 16 * 1024 * 1024 // 2 - 64  # "0," a tiny event: the 33 M of 64 MiB, at 16 MiB
+    return {
+        "16 MiB of tiny events (8 M)": page(b"0," * tiny + b"0", tiny + 1),
+        "8 MB of small events (660 k)": page(b",".join([b'{"i":1,"k":"s"}'] * 530_000), 530_000),
+        "11 MiB, 1000 events of 2000 floats": page(
+            b",".join([b"[" + b",".join([b"%d.5" % i] * 2000) + b"]" for i in range(1000)]),
+            1000,
+        ),
+    }
+
+
+async def read_large(body: bytes) -> tuple[str, float, float]:
+    client = httpx.AsyncClient(
+        transport=httpx.MockTransport(lambda _: httpx.Response(200, content=body))
+    )
+    longest = 0.0
+
+    async def heartbeat() -> None:
+        nonlocal longest
+        last = anyio.current_time()
+        while True:
+            await anyio.sleep(0.01)
+            now = anyio.current_time()
+            longest, last = max(longest, now - last), now
+
+    async with client, anyio.create_task_group() as tg:
+        tg.start_soon(heartbeat)
+        await anyio.sleep(0.05)
+        started = time.perf_counter()
+        try:
+            page = await read_page(client, "http://agent.test/x", "t", 0)
+            outcome = f"{len(page.events)} events"
+        except Exception as exc:
+            outcome = type(exc).__name__
+        took = time.perf_counter() - started
+        tg.cancel_scope.cancel()
+    return outcome, took, longest
+
+
+def main_large() -> None:
+    print(f"\n{'large page':<36} {'MiB':>6}  {'outcome':<20} {'read s':>7} {'loop gap ms':>11}")
+    for name, body in large_pages().items():
+        outcome, took, gap = anyio.run(read_large, body)
+        print(
+            f"{name:<36} {len(body) / 2**20:>6.1f}  {outcome:<20} {took:>7.3f} {gap * 1e3:>11.1f}"
+        )
+
+
 if __name__ == "__main__":
     main()
+    main_large()
