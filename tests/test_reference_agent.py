@@ -35,6 +35,7 @@ from follower import (
     TrajectoryBatch,
     TrajectoryState,
     UnknownStateError,
+    _exchange,
     connect_agent,
     follow_trajectory,
     live_trajectory_endpoint,
@@ -462,6 +463,13 @@ async def test_a_read_holds_at_most_1000_events() -> None:
     assert limited["has_more"] is True
 
 
+@pytest.fixture
+def pages_decoded_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large pages decoded on the loop: a virtual clock jumps while a worker thread decodes."""
+    monkeypatch.setattr(_exchange, "LARGE_PAGE_BYTES", 1 << 40)
+
+
+@pytest.mark.usefixtures("pages_decoded_in_place")
 async def test_a_read_holds_about_4_mib() -> None:
     agent = ReferenceAgent(script=TaskScript(events=7, interval_seconds=0.0, event_bytes=MIB))
     with anyio.fail_after(10):
@@ -475,6 +483,7 @@ async def test_a_read_holds_about_4_mib() -> None:
     assert indexes(events) == list(range(7))
 
 
+@pytest.mark.usefixtures("pages_decoded_in_place")
 async def test_a_read_holds_the_first_event_however_large() -> None:
     agent = ReferenceAgent(script=TaskScript(events=2, interval_seconds=0.0, event_bytes=5 * MIB))
     with anyio.fail_after(10):
