@@ -38,6 +38,7 @@ from follower._clients import client_pool
 from follower._exchange import read_page
 from follower._http11 import ResponseParser
 from follower._wire import Page
+from tests.support.http_requests import read_request
 from tests.support.hypothesis_profiles import property_settings
 
 pytestmark = pytest.mark.anyio
@@ -74,16 +75,7 @@ async def _serve(script: Script, stream: anyio.abc.ByteStream) -> None:
     async with stream:
         try:
             while True:
-                while b"\r\n\r\n" not in buffer:
-                    buffer += await stream.receive()
-                head, buffer = buffer.split(b"\r\n\r\n", 1)
-                length = 0
-                for line in head.lower().split(b"\r\n")[1:]:
-                    if line.startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                while len(buffer) < length:
-                    buffer += await stream.receive()
-                body, buffer = buffer[:length], buffer[length:]
+                _, body, buffer = await read_request(stream, buffer)
                 for piece in script.next_answer(body):
                     if piece is STALL:
                         await anyio.sleep_forever()

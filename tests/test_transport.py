@@ -31,6 +31,8 @@ from follower._clients import ClientPool, _shared_ssl_context
 from follower._exchange import read_page
 from follower._transport import AgentClient, AgentTransport
 
+from .support.http_requests import read_request
+
 pytestmark = pytest.mark.anyio
 
 PATH = "/ext/trajectory"
@@ -98,17 +100,8 @@ class Server:
         async with stream:
             try:
                 while True:
-                    while b"\r\n\r\n" not in buffer:
-                        buffer += await stream.receive()
-                    head, buffer = buffer.split(b"\r\n\r\n", 1)
-                    length = 0
-                    for line in head.lower().split(b"\r\n")[1:]:
-                        if line.startswith(b"content-length:"):
-                            length = int(line.split(b":", 1)[1])
-                    while len(buffer) < length:
-                        buffer += await stream.receive()
-                    request = Request(index, head, buffer[:length])
-                    buffer = buffer[length:]
+                    head, body, buffer = await read_request(stream, buffer)
+                    request = Request(index, head, body)
                     self.requests.append(request)
                     if not await self.respond(stream, request):
                         break
