@@ -45,7 +45,7 @@ import httpx
 
 from follower._clients import ClientPool, _shared_ssl_context
 from follower._exchange import read_page
-from follower._http11 import END, NEED_DATA, RequestWriter, ResponseParser
+from follower._http11 import END, NEED_DATA, KnownHeads, RequestWriter, ResponseParser
 from follower._transport import AgentTransport
 
 TASK_ID = "t1"
@@ -193,13 +193,15 @@ class _H11(_Raw):
 class _LeanCodec(_Raw):
     """The library's codec over the same streams: what its transport parses with."""
 
+    known_heads = KnownHeads()  # as the transport keeps them
+
     async def read(self) -> bytes:
         headers = [
             (b"host", f"127.0.0.1:{self.port}".encode()),
             (b"content-type", b"application/json"),
             (b"content-length", str(len(REQUEST_BODY)).encode()),
         ]
-        writer = RequestWriter(b"POST", PATH.encode(), headers)
+        writer = RequestWriter(b"POST", PATH.encode(), headers, known_heads=self.known_heads)
         await self.stream.send(writer.whole(REQUEST_BODY))
         parser = ResponseParser()
         while parser.next_head() is None:

@@ -86,17 +86,17 @@ class RequestWriter:
     __slots__ = ("_length", "_sent", "chunked", "close", "head", "method")
 
     def __init__(
-        self, method: bytes, target: bytes, headers: Sequence[tuple[bytes, bytes]]
+        self,
+        method: bytes,
+        target: bytes,
+        headers: Sequence[tuple[bytes, bytes]],
+        *,
+        known_heads: KnownHeads | None = None,
     ) -> None:
-        # A follower sends the same head over and over (only a Content-Length
-        # changes, now and then): checked and joined once.
-        key = (method, target, tuple(headers))
-        known = _KNOWN_HEADS.get(key)
-        if known is None:
+        if known_heads is None:
             known = _checked_head(method, target, headers)
-            if len(_KNOWN_HEADS) >= _KNOWN_HEADS_MAX:
-                _KNOWN_HEADS.clear()
-            _KNOWN_HEADS[key] = known
+        else:
+            known = known_heads.checked(method, target, headers)
         self.head, self.chunked, self.close, self._length = known
         self.method = method
         self._sent = 0
@@ -129,10 +129,43 @@ class RequestWriter:
         return b"0\r\n\r\n"
 
 
-# Heads checked already, by (method, target, fields): the head's bytes, whether
-# its body is chunked, whether it says close, and its Content-Length.
-_KNOWN_HEADS: dict[tuple[bytes, bytes, tuple[tuple[bytes, bytes], ...]], _Head] = {}
-_KNOWN_HEADS_MAX = 256
+@final
+class KnownHeads:
+    """Request heads checked already, so a head sent over and over is checked once.
+
+    A follower sends the same head read after read (only a Content-Length
+    changes, now and then). Keyed by (method, target, fields): the head's bytes,
+    whether its body is chunked, whether it says close, and its Content-Length.
+    The fields hold credentials (``Authorization``), so the heads belong to
+    whoever owns the connections, the transport, and go with it: :meth:`clear`
+    when it closes. At most ``MAX_KNOWN_HEADS``, then it starts afresh.
+    """
+
+    __slots__ = ("_heads",)
+
+    def __init__(self) -> None:
+        self._heads: dict[tuple[bytes, bytes, tuple[tuple[bytes, bytes], ...]], _Head] = {}
+
+    def __len__(self) -> int:
+        return len(self._heads)
+
+    def checked(
+        self, method: bytes, target: bytes, headers: Sequence[tuple[bytes, bytes]]
+    ) -> _Head:
+        key = (method, target, tuple(headers))
+        known = self._heads.get(key)
+        if known is None:
+            known = _checked_head(method, target, headers)
+            if len(self._heads) >= MAX_KNOWN_HEADS:
+                self._heads.clear()
+            self._heads[key] = known
+        return known
+
+    def clear(self) -> None:
+        self._heads.clear()
+
+
+MAX_KNOWN_HEADS: Final = 256
 
 
 def _checked_head(method: bytes, target: bytes, headers: Sequence[tuple[bytes, bytes]]) -> _Head:

@@ -29,7 +29,7 @@ import anyio.abc
 import attrs
 import httpx
 
-from ._http11 import END, NEED_DATA, RequestWriter, ResponseHead, ResponseParser
+from ._http11 import END, NEED_DATA, KnownHeads, RequestWriter, ResponseHead, ResponseParser
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -64,6 +64,7 @@ class AgentTransport(httpx.AsyncBaseTransport):
         self._ssl_context = ssl_context
         self._idle_expiry_seconds = idle_expiry_seconds
         self._idle: dict[Origin, list[_Connection]] = {}
+        self._known_heads = KnownHeads()
         self._closed = False
 
     @property
@@ -77,7 +78,12 @@ class AgentTransport(httpx.AsyncBaseTransport):
             raise httpx.UnsupportedProtocol(f"unsupported URL scheme {url.scheme!r}")
         origin = (scheme, url.raw_host, url.port or _DEFAULT_PORTS[scheme])
         # Checked before a connection is taken: a request that cannot be sent uses none.
-        writer = RequestWriter(request.method.encode("ascii"), url.raw_path, request.headers.raw)
+        writer = RequestWriter(
+            request.method.encode("ascii"),
+            url.raw_path,
+            request.headers.raw,
+            known_heads=self._known_heads,
+        )
         deadline, connect_deadline = _deadlines(request.extensions.get("timeout"))
         connection = await self._idle_connection(origin)
         if connection is None:
@@ -103,6 +109,7 @@ class AgentTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         self._closed = True
+        self._known_heads.clear()  # they hold the credentials sent
         idle, self._idle = self._idle, {}
         for stack in idle.values():
             for connection in stack:

@@ -31,7 +31,9 @@ from follower._http11 import (
     MAX_HEAD_BYTES,
     MAX_HEADERS,
     MAX_INTERIM_RESPONSES,
+    MAX_KNOWN_HEADS,
     NEED_DATA,
+    KnownHeads,
     RequestWriter,
     ResponseParser,
 )
@@ -402,6 +404,23 @@ def test_a_request_with_a_content_length_body_is_one_buffer() -> None:
     assert writer.whole(b"{}") == (
         b"POST /ext/trajectory?x=1 HTTP/1.1\r\nHost: agent.example\r\nContent-Length: 2\r\n\r\n{}"
     )
+
+
+def test_known_heads_check_a_head_once_and_start_afresh_when_full() -> None:
+    known = KnownHeads()
+    fields = [HOST, (b"Content-Length", b"2")]
+    first = RequestWriter(b"POST", b"/", fields, known_heads=known)
+    again = RequestWriter(b"POST", b"/", list(fields), known_heads=known)
+    assert again.head is first.head  # checked and joined once
+    assert len(known) == 1
+    for n in range(MAX_KNOWN_HEADS):
+        RequestWriter(b"GET", f"/{n}".encode(), [HOST], known_heads=known)
+    assert len(known) == 1  # full at MAX_KNOWN_HEADS: cleared, then the last one kept
+    with pytest.raises(httpx.LocalProtocolError):  # a bad head is never kept
+        RequestWriter(b"GET", b"/", [HOST, (b"X", b"a\nb")], known_heads=known)
+    assert len(known) == 1
+    known.clear()
+    assert len(known) == 0
 
 
 def test_a_streamed_body_is_chunked_when_the_head_says_so() -> None:

@@ -545,6 +545,30 @@ async def test_client_headers_auth_and_hooks_apply_to_reads() -> None:
     assert seen == ["request POST", "response 200"]
 
 
+async def test_the_heads_a_transport_checked_go_with_it_credentials_and_all() -> None:
+    # Request heads are checked once and kept, and they hold the Authorization
+    # field: kept by the transport that sent them, not by the process.
+    token = "Bearer kept-only-while-open"
+    first = AgentTransport(ssl_context=_shared_ssl_context())
+    second = AgentTransport(ssl_context=_shared_ssl_context())
+    with anyio.fail_after(10):
+        async with serving() as (url, server):
+            async with AgentClient(first, headers={"authorization": token}) as client:
+                for _ in range(3):
+                    await read(client, url)
+                assert len(first._known_heads) == 1  # three reads, one head checked
+                assert len(second._known_heads) == 0  # not shared between transports
+            assert len(first._known_heads) == 0
+            async with AgentClient(second) as other:
+                await read(other, url)
+    assert [token.encode().lower() in r.head.lower() for r in server.requests] == [
+        True,
+        True,
+        True,
+        False,
+    ]
+
+
 async def test_a_hook_that_reads_the_body_leaves_it_to_the_read() -> None:
     async def on_response(response: httpx.Response) -> None:
         await response.aread()
