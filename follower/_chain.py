@@ -29,13 +29,15 @@ class TurnChain:
     turn that follows a task asks :meth:`followed`, and is the previous turn of
     whichever turn follows next. ``handing_off`` is the step's word that its
     turns have not ended for good (no end marks, no null link); ``handed_off``
-    names the turns that said so of themselves.
+    names the turns that said so of themselves; ``taken`` the turns another run
+    had claimed (its ``task.json`` was there first), which this step never marks.
     """
 
     def __init__(self, last_followed: str | None = None) -> None:
         self.last_followed = last_followed
         self.handing_off = False
         self.handed_off: set[str] = set()
+        self.taken: set[str] = set()
 
     @property
     def ends_for_good(self) -> bool:

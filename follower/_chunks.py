@@ -50,6 +50,9 @@ class LiveTrajectoryChunks:
         self.final_state: TrajectoryState | None = None
         self._task = None if task_id is None else TaskMark.started_now(task_id, endpoint)
         self._ended = False
+        # Another run's task.json was found where this one's was to go: the turn is
+        # that run's, and nothing more of this one may land in it.
+        self.turn_taken = False
         self.chunks_stored = 0
         self.events_stored = 0
         self.bytes_stored = 0
@@ -68,6 +71,8 @@ class LiveTrajectoryChunks:
     async def __call__(self, batch: TrajectoryBatch) -> None:
         if self._ended:
             raise UsageError(f"turn {self.turn_id!r} is already marked ended")
+        if self.turn_taken:
+            raise UsageError(f"turn {self.turn_id!r} is another run's: nothing more is stored")
         if batch.after != self.stored_next:
             raise UsageError(
                 f"turn {self.turn_id!r}: batch starts at {batch.after}, "
@@ -105,8 +110,11 @@ class LiveTrajectoryChunks:
         try:
             await self.store_task()
         finally:
-            # Whose turn it is may stay unknown; that the turn ended must not.
-            await self._put(self._keys.end, mark.encode(), JSON)
+            # Whose turn it is may stay unknown; that the turn ended must not. But a
+            # turn another run claimed is that run's to end: this run's mark (fewer
+            # events, not complete) could land first and be the one readers believe.
+            if not self.turn_taken:
+                await self._put(self._keys.end, mark.encode(), JSON)
             self._ended = True
 
     async def store_task(self) -> None:
@@ -118,7 +126,11 @@ class LiveTrajectoryChunks:
         """
         task, self._task = self._task, None
         if task is not None:
-            await self._put(self._keys.task, task.encode(), JSON)
+            try:
+                await self._put(self._keys.task, task.encode(), JSON)
+            except ObjectConflictError:
+                self.turn_taken = True
+                raise
 
     async def _store_format(self, fmt: str) -> None:
         if self.format is None:

@@ -203,7 +203,7 @@ class LiveTurns:
             return
         self._ended = True
         last = self._chain.last_followed
-        if last is None or not self._chain.ends_for_good:
+        if last is None or last in self._chain.taken or not self._chain.ends_for_good:
             return
         with anyio.move_on_after(CLEANUP_SECONDS, shield=True):
             try:

@@ -399,6 +399,8 @@ class _TurnBlock:
                 await bounded_cleanup(
                     f"turn {self.turn_id}: end mark", lambda: sink.end(state, complete)
                 )
+                if sink.turn_taken:  # another run's turn: that run ends its chain there
+                    self._chain.taken.add(self.turn_id)
             if self._linked_from is not None and not self._link_landed:
                 await self._write_link()
 

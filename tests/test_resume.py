@@ -376,6 +376,40 @@ async def test_task_json_says_whose_turn_it_is_before_the_first_chunk(store: Obj
     assert "T" in task["started_at"]
 
 
+async def test_a_run_that_lost_the_turn_to_another_never_marks_its_end(store: ObjectStore) -> None:
+    # Two runs enter the same empty turn (each sees nothing stored); the first to
+    # write task.json owns it. The other's exit must not end the owner's turn (its
+    # end mark, no events and not complete, would land first and be believed), nor
+    # mark it its step's last (the owner links it on to turn-2).
+    agent = ScriptedAgent()
+    for task in ("t1", "t2", "t3"):
+        agent.add_task(task)
+    with anyio.fail_after(30):
+        async with turns_of(agent, store) as one:
+            async with one.following("turn-1") as owner:
+                async with turns_of(agent, store) as two, two.following("turn-1") as other:
+                    owner.follow("t1")
+                    agent.publish("t1", "a", "b")
+                    while await stored_count(store, "turn-1") < 2:
+                        await agent.wait_reads(len(agent.reads) + 1)
+                    other.follow("t2")
+                    agent.finish("t2")  # its follower reads it to the end, stores nothing
+                names = await store.list(live("turn-1"))
+                assert live("turn-1") + "end.json" not in names
+                assert live("turn-1") + "next.json" not in names
+                assert (await load(store, live("turn-1") + "task.json"))["task_id"] == "t1"
+                agent.finish("t1")
+            async with one.following("turn-2") as turn:
+                turn.follow("t3")
+                agent.publish("t3", "c")
+                agent.finish("t3")
+    items = await read_step(store)
+    assert events_of(items, "turn-1") == ["a", "b"]
+    assert events_of(items, "turn-2") == ["c"]
+    end = await load(store, live("turn-1") + "end.json")
+    assert end == {"state": "completed", "next": 2, "complete": True}
+
+
 # --- Ctrl-C ---------------------------------------------------------------------------
 
 
