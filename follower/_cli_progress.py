@@ -3,13 +3,16 @@
 On a terminal the bars are rich's: they fit its width (a line wider than the
 terminal would wrap on every redraw and fill the screen), and what is written
 to stdout or stderr meanwhile (the log's warnings) is printed above them, not
-over them. Elsewhere (a pipe, a file) each turn prints a line every 10 events
-and one when it ends, as plain text. rich comes with the ``testing`` extra,
-which the demo needs anyway; it is imported only for a terminal.
+over them, each line whole: the terminal wraps a long one, rich does not cut it.
+A stderr that is no terminal (``2>file``) keeps its lines. Elsewhere (a pipe, a
+file) each turn prints a line every 10 events and one when it ends, as plain
+text. rich comes with the ``testing`` extra, which the demo needs anyway; it is
+imported only for a terminal.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -88,9 +91,12 @@ def _rich_bars(out: TextIO) -> Any:
         BarColumn(bar_width=None),  # what the terminal's width leaves for it
         TextColumn("{task.fields[count]:>5} events"),
         TextColumn("{task.fields[state]}"),
-        console=Console(file=out),
+        # Lines printed above the bars are left to the terminal to wrap: rich would
+        # cut a log line at its width with newlines (the bars it crops itself).
+        console=Console(file=out, soft_wrap=True),
         expand=True,
         redirect_stdout=True,
-        redirect_stderr=True,
+        # Only a stderr on the terminal would draw over the bars.
+        redirect_stderr=sys.stderr.isatty(),
         auto_refresh=True,
     )
