@@ -23,6 +23,12 @@ from .support.cli import CLI
 
 COLUMNS = 60
 CONTROL = re.compile(r"\x1b\[(\??)([0-9;]*)([A-Za-z])")
+# Without rich's overrides of what a terminal is (TTY_COMPATIBLE=0 would turn the bars off).
+TERMINAL_ENVIRONMENT = {
+    name: value
+    for name, value in os.environ.items()
+    if name not in {"FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "JUPYTER_COLUMNS"}
+}
 
 
 class Screen:
@@ -120,7 +126,7 @@ def run_on_terminal(
         stdin=subprocess.DEVNULL,
         stdout=terminal,
         stderr=terminal if stderr_on_terminal else subprocess.PIPE,
-        env={**os.environ, "COLUMNS": str(COLUMNS), "LINES": "24", "TERM": "xterm"},
+        env={**TERMINAL_ENVIRONMENT, "COLUMNS": str(COLUMNS), "LINES": "24", "TERM": "xterm"},
     ) as process:
         os.close(terminal)
         shown = bytearray()
