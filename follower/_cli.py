@@ -9,7 +9,6 @@ follow and tail (``_cli_follow``) raise the errors this module maps.
 
 from __future__ import annotations
 
-import logging
 import shlex
 import sys
 from typing import TYPE_CHECKING
@@ -60,8 +59,6 @@ __all__ = [
     "EXIT_USAGE",
     "main",
 ]
-
-logger = logging.getLogger("follower")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -293,7 +293,7 @@ async def _summarise(store: ObjectStore, prefix: str, turn_ids: list[str]) -> _R
             report.incomplete.append(turn_id)
         link = turn.link.turn if turn.link is not None else None
         report.lines.append(
-            f"{turn_id}: {stored} events in {len(turn.chunks)} chunks, "
+            f"{turn_id}: {_counted(stored, 'event')} in {_counted(len(turn.chunks), 'chunk')}, "
             f"ended {mark.state.value if mark else None}"
             f"{', incomplete' if mark is not None and mark.complete is False else ''}, "
             f"next turn: {link if link is not None else '(last)'}"
@@ -310,5 +310,11 @@ async def _summarise(store: ObjectStore, prefix: str, turn_ids: list[str]) -> _R
                     total += 1
         except TimeoutError:
             report.problems.append("reading the step back did not reach its last turn")
-        report.lines.append(f"read back: {total} events across {len(followed)} turns")
+        report.lines.append(
+            f"read back: {_counted(total, 'event')} across {_counted(len(followed), 'turn')}"
+        )
     return report
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -67,7 +67,7 @@ SMALL_DEMO = ["--events", str(DEMO_EVENTS), "--interval", "0.01"]
 # The demo's own events, padding aside (the demo pads them; the content is the script's).
 SCRIPT = TaskScript()
 SUMMARY_TURN = re.compile(
-    r"^  (turn-\d+): (?:not run|(\d+) events in (\d+) chunks, ended (\w+)(, incomplete)?, "
+    r"^  (turn-\d+): (?:not run|(\d+) events? in (\d+) chunks?, ended (\w+)(, incomplete)?, "
     r"next turn: (\S+))$",
     re.MULTILINE,
 )
@@ -263,7 +263,9 @@ def check_demo_summary(result: subprocess.CompletedProcess[str], store: Path) ->
     else:
         assert verdicts == [VERDICT]
     total = sum(len(turn.events) for turn in turns)
-    assert f"  read back: {total} events across {len(turns)} turns" in lines
+    events = "1 event" if total == 1 else f"{total} events"
+    followed = "1 turn" if len(turns) == 1 else f"{len(turns)} turns"
+    assert f"  read back: {events} across {followed}" in lines
     for turn in turns:
         # Whatever a fault did, what is stored is the start of the script, in order.
         assert [without_padding(e) for e in turn.events] == [
