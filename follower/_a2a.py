@@ -32,6 +32,7 @@ from ._errors import (
     PoolBusyError,
     TaskNotFoundError,
     TaskTimeoutError,
+    add_context,
 )
 from ._exchange import RETRY_LATER_STATUSES, exchange, retry_after_seconds
 from ._options import DEFAULT_READ_TIMEOUT_SECONDS, RequestHeaders, request_headers
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
     import httpx
 
+    from ._errors import ErrorContext
     from ._step import LiveTurns
     from ._turns import LiveTurn
 
@@ -72,16 +74,26 @@ class A2ATask:
         return self.state in TURN_ENDING_STATES
 
     @classmethod
-    def from_result(cls, result: Any, method: str) -> A2ATask:
+    def from_result(
+        cls, result: Any, method: str, *, url: str | None = None, task_id: str | None = None
+    ) -> A2ATask:
+        """The task an A2A call answered with; ``url`` and ``task_id`` name the call in errors."""
+        what = _call_name(method, url, task_id)
         if not isinstance(result, Mapping) or result.get("kind", "task") != "task":
-            raise A2AProtocolError(f"{method} answered with no task: {_short(result)}")
-        task_id = result.get("id")
+            raise A2AProtocolError(
+                f"{what} answered with no task: {_short(result)}", url=url, task_id=task_id
+            )
+        got_id = result.get("id")
         status = result.get("status")
         state = status.get("state") if isinstance(status, Mapping) else None
         context_id = result.get("contextId")
-        if not isinstance(task_id, str) or not task_id or not isinstance(state, str):
-            raise A2AProtocolError(f"{method} answered with a malformed task: {_short(result)}")
-        return cls(task_id, context_id if isinstance(context_id, str) else None, state.lower())
+        if not isinstance(got_id, str) or not got_id or not isinstance(state, str):
+            raise A2AProtocolError(
+                f"{what} answered with a malformed task: {_short(result)}",
+                url=url,
+                task_id=task_id,
+            )
+        return cls(got_id, context_id if isinstance(context_id, str) else None, state.lower())
 
 
 class A2AAgent:
@@ -114,16 +126,24 @@ class A2AAgent:
         if context_id is not None:
             message["contextId"] = context_id
         params = {"message": message, "configuration": {"blocking": False}}
-        return A2ATask.from_result(await self._call("message/send", params), "message/send")
+        return await self._task_call("message/send", params)
 
     async def get_task(self, task_id: str) -> A2ATask:
-        result = await self._call("tasks/get", {"id": task_id, "historyLength": 0})
-        return A2ATask.from_result(result, "tasks/get")
+        return await self._task_call("tasks/get", {"id": task_id, "historyLength": 0}, task_id)
 
     async def cancel_task(self, task_id: str) -> A2ATask:
-        return A2ATask.from_result(
-            await self._call("tasks/cancel", {"id": task_id}), "tasks/cancel"
-        )
+        return await self._task_call("tasks/cancel", {"id": task_id}, task_id)
+
+    async def _task_call(
+        self, method: str, params: Mapping[str, Any], task_id: str | None = None
+    ) -> A2ATask:
+        """A call answered with a task; its errors name the agent's URL and the task."""
+        try:
+            result = await self._call(method, params, task_id)
+            return A2ATask.from_result(result, method, url=self.url, task_id=task_id)
+        except FollowerError as exc:
+            add_context(exc, url=self.url, task_id=task_id)
+            raise
 
     async def wait_for_task(
         self,
@@ -173,9 +193,15 @@ class A2AAgent:
                     interval = min(interval * 1.5, max_interval_seconds)
         finally:
             streak.close("the wait ended")
-        raise TaskTimeoutError(f"task {task_id} did not end within {deadline_seconds} s")
+        raise TaskTimeoutError(
+            f"task {task_id!r} at {self.url} did not end within {deadline_seconds} s",
+            task_id=task_id,
+            url=self.url,
+        )
 
-    async def _call(self, method: str, params: Mapping[str, Any]) -> Any:
+    async def _call(
+        self, method: str, params: Mapping[str, Any], task_id: str | None = None
+    ) -> Any:
         request = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method, "params": params}
         status, body = await exchange(
             self._client,
@@ -187,24 +213,32 @@ class A2AAgent:
             what=method,
             headers=self._headers,
         )
+        what = _call_name(method, self.url, task_id)
+        context: ErrorContext = {"url": self.url, "task_id": task_id}
         if status >= 500 or status in RETRY_LATER_STATUSES:
             raise AgentUnavailableError(
-                f"{method} at {self.url} answered {status}",
+                f"{what} answered {status}",
                 status_code=status,
                 retry_after_seconds=retry_after_seconds(getattr(body, "retry_after", None)),
+                **context,
             )
         if status != 200:
-            raise AgentRefusedError(f"{method} at {self.url} answered {status}", status_code=status)
-        answer = _json_object(body, A2AProtocolError, f"{method}'s answer")
+            raise AgentRefusedError(f"{what} answered {status}", status_code=status, **context)
+        answer = _json_object(body, A2AProtocolError, f"the answer to {what}", self.url)
         error = answer.get("error")
         if error is not None:
             code = error.get("code") if isinstance(error, Mapping) else None
             text = error.get("message") if isinstance(error, Mapping) else error
+            text = str(text)[:200]
             if code == _JSONRPC_TASK_NOT_FOUND:
-                raise TaskNotFoundError(f"{method}: the agent does not know the task: {text}")
-            raise A2AProtocolError(f"{method} failed: {text} (code {code})", code=code)
+                raise TaskNotFoundError(
+                    f"{what}: the agent does not know the task: {text}", **context
+                )
+            raise A2AProtocolError(
+                f"{what} failed: {text} (code {code!r:.40})", code=code, **context
+            )
         if "result" not in answer:
-            raise A2AProtocolError(f"{method} answered with neither result nor error")
+            raise A2AProtocolError(f"{what} answered with neither result nor error", **context)
         return answer["result"]
 
 
@@ -269,8 +303,10 @@ async def fetch_agent_card(
         if status == 404 and card_url != candidates[-1]:
             continue
         if status != 200:
-            raise AgentCardError(f"no agent card at {card_url}: HTTP {status}")
-        return card_url, _json_object(body, AgentCardError, f"the agent card at {card_url}")
+            raise AgentCardError(f"no agent card at {card_url}: HTTP {status}", url=card_url)
+        return card_url, _json_object(
+            body, AgentCardError, f"the agent card at {card_url}", card_url
+        )
     raise AssertionError("unreachable: the last candidate returns or raises")
 
 
@@ -388,15 +424,22 @@ async def cancel_task_quietly(agent: A2AAgent, task_id: str) -> None:
         logger.warning("cancelling task %s took over %s s", task_id, CANCEL_TASK_SECONDS)
 
 
-def _json_object(body: bytes, error: type[FollowerError], what: str) -> Mapping[str, Any]:
+def _json_object(body: bytes, error: type[FollowerError], what: str, url: str) -> Mapping[str, Any]:
     """A JSON object from an answer, or ``error`` saying what it was instead."""
     try:
         value = json.loads(body)
     except (ValueError, RecursionError) as exc:
-        raise error(f"{what} is not JSON") from exc
+        raise error(f"{what} is not JSON", url=url) from exc
     if not isinstance(value, Mapping):
-        raise error(f"{what} is not a JSON object: {_short(value)}")
+        raise error(f"{what} is not a JSON object: {_short(value)}", url=url)
     return value
+
+
+def _call_name(method: str, url: str | None, task_id: str | None) -> str:
+    """How an error names an A2A call: its method, its task (if it has one) and its URL."""
+    of_task = f" of task {task_id!r}" if task_id is not None else ""
+    at = f" at {url}" if url is not None else ""
+    return f"{method}{of_task}{at}"
 
 
 def _short(value: Any) -> str:

@@ -7,12 +7,19 @@ from typing import TYPE_CHECKING
 
 import anyio.to_thread
 
-from ._errors import ObjectConflictError, ObjectExistsError, UsageError
+from ._errors import (
+    FollowerError,
+    ObjectConflictError,
+    ObjectExistsError,
+    UsageError,
+    add_context,
+)
 from ._layout import JSON, JSONL, EndMark, MetaMark, NextLink, TaskMark, TurnKeys, encode_events
 from ._stores import check_same_bytes
 from ._wire import LARGE_PAGE_BYTES
 
 if TYPE_CHECKING:
+    from ._errors import ErrorContext
     from ._stores import ObjectStore
     from ._wire import TrajectoryBatch, TrajectoryState
 
@@ -57,6 +64,7 @@ class LiveTrajectoryChunks:
         self.events_stored = 0
         self.bytes_stored = 0
         self._log_extra = {"task_id": task_id, "turn_id": turn_id}
+        self._context: ErrorContext = {"task_id": task_id, "turn_id": turn_id}
         self._format_warned = False
 
     @property
@@ -70,13 +78,16 @@ class LiveTrajectoryChunks:
 
     async def __call__(self, batch: TrajectoryBatch) -> None:
         if self._ended:
-            raise UsageError(f"turn {self.turn_id!r} is already marked ended")
+            raise UsageError(f"turn {self.turn_id!r} is already marked ended", **self._context)
         if self.turn_taken:
-            raise UsageError(f"turn {self.turn_id!r} is another run's: nothing more is stored")
+            raise UsageError(
+                f"turn {self.turn_id!r} is another run's: nothing more is stored", **self._context
+            )
         if batch.after != self.stored_next:
             raise UsageError(
                 f"turn {self.turn_id!r}: batch starts at {batch.after}, "
-                f"but {self.stored_next} events are stored; chunks must be contiguous"
+                f"but {self.stored_next} events are stored; chunks must be contiguous",
+                **self._context,
             )
         await self.store_task()
         if batch.format is not None:
@@ -149,7 +160,11 @@ class LiveTrajectoryChunks:
             )
 
     async def _put(self, key: str, body: bytes, content_type: str) -> None:
-        await put_once(self._store, key, body, content_type=content_type)
+        try:
+            await put_once(self._store, key, body, content_type=content_type)
+        except FollowerError as exc:
+            add_context(exc, key=key, turn_id=self.turn_id, task_id=self._context.get("task_id"))
+            raise
 
 
 async def put_once(store: ObjectStore, key: str, body: bytes, *, content_type: str) -> None:
@@ -168,4 +183,8 @@ async def put_once(store: ObjectStore, key: str, body: bytes, *, content_type: s
 
 async def write_next_turn(store: ObjectStore, keys: TurnKeys, next_turn_id: str | None) -> None:
     """Write a turn's ``next.json``: the turn after it, or null after the step's last."""
-    await put_once(store, keys.next, NextLink(next_turn_id).encode(), content_type=JSON)
+    try:
+        await put_once(store, keys.next, NextLink(next_turn_id).encode(), content_type=JSON)
+    except FollowerError as exc:
+        add_context(exc, turn_id=keys.turn_id, key=keys.next)
+        raise

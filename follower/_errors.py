@@ -3,14 +3,16 @@
 ::
 
     FollowerError                    root: catch this to catch anything of ours
+    │                                    .task_id .turn_id .url .key: what it is about
     ├── AgentError                   the agent (or a proxy before it) misbehaved
     │   ├── TaskNotFoundError        404: the agent does not know the task
-    │   ├── AgentRefusedError        another 4xx: the agent refused our read
+    │   ├── AgentRefusedError        another 4xx: the agent refused our read   .status_code
     │   ├── AgentUnavailableError    5xx, 408, 429, transport error or read timeout
+    │   │                                .status_code .retry_after_seconds
     │   ├── AgentCardError           no agent card, or not a JSON object
-    │   ├── A2AProtocolError         a JSON-RPC error, or an answer that is not one
+    │   ├── A2AProtocolError         a JSON-RPC error, or an answer that is not one   .code
     │   ├── TaskTimeoutError         a task did not end within the turn's deadline
-    │   └── MalformedPageError       the answer is not a valid page
+    │   └── MalformedPageError       the answer is not a valid page   .after
     │       ├── PageNotAnObjectError     not JSON, or not a JSON object
     │       ├── PageFieldError           a field is missing or has the wrong type
     │       ├── UnknownStateError        ``state`` is not one of the five states
@@ -41,6 +43,15 @@
     │       └── TurnConflictError        resume was asked, but it is another task's turn
     └── ReaderIdleError              a reader saw no new object for too long
 
+Every error carries four context attributes, each ``None`` where no layer knew
+it: ``task_id`` (the agent's task), ``turn_id`` (the step's turn), ``url`` (the
+agent URL the request went to) and ``key`` (the store key, or the prefix of a
+listing). A lower layer fills what it knows when it raises; a layer above that
+knows more fills the rest as the error passes (:func:`add_context`), so the
+error keeps its class and its ``__cause__``. The names after a class (``.after``,
+``.status_code``...) are its own attributes, on top of those four. Every message
+is one line, and names the most specific of them the raiser knew.
+
 ``PoolBusyError`` is ours, not the agent's: it never counts as a failed read,
 never ends following, and a follower just reads again.
 
@@ -50,9 +61,85 @@ follower's loop like ``EndOfStream`` ends a stream's; it never leaves the librar
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+class ErrorContext(TypedDict, total=False):
+    """The context attributes every :class:`FollowerError` takes as keywords."""
+
+    task_id: str | None
+    turn_id: str | None
+    url: str | None
+    key: str | None
+
+
+_CONTEXT_NAMES = ("task_id", "turn_id", "url", "key")
+
+
+def _one_line(message: str) -> str:
+    # A quoted lower-level error (an OSError, a botocore message) may span lines.
+    return " ".join(message.splitlines())
+
+
+def _rebuilt(cls: type[FollowerError], args: tuple[Any, ...]) -> FollowerError:
+    """Unpickle without calling ``__init__``: its required keywords are in the state."""
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    return exc
+
 
 class FollowerError(Exception):
-    """Root of every error the library raises."""
+    """Root of every error the library raises.
+
+    ``task_id``, ``turn_id``, ``url`` and ``key`` say what the error is about;
+    each is ``None`` where no layer it passed through knew it.
+    """
+
+    task_id: str | None
+    turn_id: str | None
+    url: str | None
+    key: str | None
+
+    def __init__(self, message: str, **context: Unpack[ErrorContext]) -> None:
+        super().__init__(_one_line(message))
+        self.task_id = context.get("task_id")
+        self.turn_id = context.get("turn_id")
+        self.url = context.get("url")
+        self.key = context.get("key")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # BaseException's rebuilds with cls(*args), which a required keyword breaks.
+        return (_rebuilt, (type(self), self.args), self.__dict__)
+
+
+def add_context(
+    exc: _E,
+    *,
+    task_id: str | None = None,
+    turn_id: str | None = None,
+    url: str | None = None,
+    key: str | None = None,
+    after: int | None = None,
+) -> _E:
+    """Fill in the context ``exc`` lacks, at the layer boundary that knows it; return ``exc``.
+
+    Sets only attributes that are still ``None`` (what the raiser knew stays),
+    and ``after`` only on a :class:`MalformedPageError`. Never wraps: the
+    caller re-raises the same object, so its class and ``__cause__`` stay.
+    Anything that is not a :class:`FollowerError` is left alone.
+    """
+    if isinstance(exc, FollowerError):
+        for name, value in zip(_CONTEXT_NAMES, (task_id, turn_id, url, key), strict=True):
+            if value is not None and getattr(exc, name) is None:
+                setattr(exc, name, value)
+        if after is not None and isinstance(exc, MalformedPageError) and exc.after is None:
+            exc.after = after
+    return exc
 
 
 # --- the agent's faults -------------------------------------------------------------
@@ -69,8 +156,10 @@ class TaskNotFoundError(AgentError):
 class AgentRefusedError(AgentError):
     """The agent refused the request: a 4xx other than 404, or another non-200 answer."""
 
-    def __init__(self, message: str, *, status_code: int) -> None:
-        super().__init__(message)
+    status_code: int
+
+    def __init__(self, message: str, *, status_code: int, **context: Unpack[ErrorContext]) -> None:
+        super().__init__(message, **context)
         self.status_code = status_code
 
 
@@ -83,14 +172,18 @@ class AgentUnavailableError(AgentError):
     valid delay or date (a follower waits at least that long, within its cap).
     """
 
+    status_code: int | None
+    retry_after_seconds: float | None
+
     def __init__(
         self,
         message: str,
         *,
         status_code: int | None = None,
         retry_after_seconds: float | None = None,
+        **context: Unpack[ErrorContext],
     ) -> None:
-        super().__init__(message)
+        super().__init__(message, **context)
         self.status_code = status_code
         self.retry_after_seconds = retry_after_seconds
 
@@ -100,10 +193,17 @@ class AgentCardError(AgentError):
 
 
 class A2AProtocolError(AgentError):
-    """An A2A call failed with a JSON-RPC error, or its answer is malformed."""
+    """An A2A call failed with a JSON-RPC error, or its answer is malformed.
 
-    def __init__(self, message: str, *, code: object = None) -> None:
-        super().__init__(message)
+    ``code`` is the JSON-RPC error's code, as the agent sent it (None when there was none).
+    """
+
+    code: object
+
+    def __init__(
+        self, message: str, *, code: object = None, **context: Unpack[ErrorContext]
+    ) -> None:
+        super().__init__(message, **context)
         self.code = code
 
 
@@ -112,7 +212,19 @@ class TaskTimeoutError(AgentError, TimeoutError):
 
 
 class MalformedPageError(AgentError):
-    """The agent answered 200, but not with a valid page."""
+    """The agent answered 200, but not with a valid page.
+
+    ``after`` is the cursor of the read that brought it (None for an answer
+    that was no cursor read: an A2A call, the card).
+    """
+
+    after: int | None
+
+    def __init__(
+        self, message: str, *, after: int | None = None, **context: Unpack[ErrorContext]
+    ) -> None:
+        super().__init__(message, **context)
+        self.after = after
 
 
 class PageNotAnObjectError(MalformedPageError):
@@ -144,12 +256,7 @@ class PageTooLargeError(MalformedPageError):
 
 
 class _PageLimitError(MalformedPageError):
-    """A page over one of the page limits; ``task_id`` and ``after`` name the read."""
-
-    def __init__(self, message: str, *, task_id: str, after: int) -> None:
-        super().__init__(message)
-        self.task_id = task_id
-        self.after = after
+    """A page over one of the page limits (refused before it is handed over or stored)."""
 
 
 class TooManyEventsError(_PageLimitError):
@@ -269,11 +376,6 @@ class ClientClosedError(UsageError, RuntimeError):
     after the blocks that use it have exited. ``url`` is the read's URL and
     ``task_id`` the task it followed.
     """
-
-    def __init__(self, message: str, *, url: str, task_id: str | None = None) -> None:
-        super().__init__(message)
-        self.url = url
-        self.task_id = task_id
 
 
 class TurnExistsError(UsageError):

@@ -22,10 +22,13 @@ from ._errors import (
     AgentRefusedError,
     AgentUnavailableError,
     ClientClosedError,
+    ErrorContext,
+    FollowerError,
     PageNotAnObjectError,
     PageTooLargeError,
     PoolBusyError,
     TaskNotFoundError,
+    add_context,
 )
 from ._options import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -89,6 +92,34 @@ async def read_page(
     other followers) meanwhile; a smaller one decodes in place, in well under a
     millisecond.
     """
+    try:
+        return await _read_page(
+            client,
+            endpoint,
+            task_id,
+            after,
+            read_timeout_seconds=read_timeout_seconds,
+            max_page_bytes=max_page_bytes,
+            max_event_bytes=max_event_bytes,
+            headers=headers,
+        )
+    except FollowerError as exc:
+        # A page's errors know the read, not where it went; the exchange's, the reverse.
+        add_context(exc, url=endpoint, task_id=task_id, after=after)
+        raise
+
+
+async def _read_page(
+    client: httpx.AsyncClient,
+    endpoint: str,
+    task_id: str,
+    after: int,
+    *,
+    read_timeout_seconds: float,
+    max_page_bytes: int,
+    max_event_bytes: int,
+    headers: RequestHeaders,
+) -> Page:
     status, body = await exchange(
         client,
         "POST",
@@ -96,7 +127,7 @@ async def read_page(
         {"task_id": task_id, "after": after},
         timeout_seconds=read_timeout_seconds,
         max_body_bytes=max_page_bytes,
-        what=f"read of task {task_id!r}",
+        what=f"read of task {task_id!r} from after={after}",
         headers=headers,
     )
     if status != 200:
@@ -178,21 +209,30 @@ async def exchange(
             return await _send_capped(client, request, max_body_bytes, f"{what} at {url}")
         with deadline:
             return await _send_capped(client, request, max_body_bytes, f"{what} at {url}")
+    except FollowerError as exc:  # a body refused as read
+        add_context(exc, url=url)
+        raise
     except httpx.PoolTimeout as exc:
-        raise PoolBusyError(f"no free connection to {url} in {POOL_WAIT_SECONDS} s") from exc
+        raise PoolBusyError(
+            f"no free connection to {url} in {POOL_WAIT_SECONDS} s", url=url
+        ) from exc
     except httpx.TimeoutException as exc:
-        raise AgentUnavailableError(f"{what} at {url} timed out after {timeout_seconds} s") from exc
+        raise AgentUnavailableError(
+            f"{what} at {url} timed out after {timeout_seconds} s", url=url
+        ) from exc
     except httpx.TransportError as exc:
         if client.is_closed:  # closed under the exchange: the caller's doing, not the agent's
             raise _client_closed(what, url) from exc
-        raise AgentUnavailableError(f"{what} at {url} failed: {type(exc).__name__}: {exc}") from exc
+        raise AgentUnavailableError(
+            f"{what} at {url} failed: {type(exc).__name__}: {exc}", url=url
+        ) from exc
     except RuntimeError as exc:
         # httpx refuses to send on a closed client with a bare RuntimeError.
         if client.is_closed:
             raise _client_closed(what, url) from exc
         raise
     # Only the deadline's own cancel, caught by its scope, ends up here.
-    raise AgentUnavailableError(f"{what} at {url} took over {timeout_seconds} s")
+    raise AgentUnavailableError(f"{what} at {url} took over {timeout_seconds} s", url=url)
 
 
 def _client_closed(what: str, url: str) -> ClientClosedError:
@@ -231,9 +271,9 @@ async def _send_capped(
             )
         status = response.status_code
         if status == 200:
-            return status, await _read_capped(response, max_body_bytes)
+            return status, await _read_capped(response, max_body_bytes, what)
         return status, ErrorBody(
-            await _read_capped(response, _ERROR_BODY_BYTES, cut=True),
+            await _read_capped(response, _ERROR_BODY_BYTES, what, cut=True),
             retry_after=response.headers.get("retry-after"),
         )
     finally:
@@ -305,10 +345,14 @@ class _Once:
         return chunk
 
 
-async def _read_capped(response: httpx.Response, limit: int, *, cut: bool = False) -> bytes:
+async def _read_capped(
+    response: httpx.Response, limit: int, what: str, *, cut: bool = False
+) -> bytes:
     declared = response.headers.get("content-length")
     if not cut and declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PageTooLargeError(f"page of {declared} bytes is over the {limit}-byte cap")
+        raise PageTooLargeError(
+            f"{what}: the body of {declared[:20]} bytes is over the {limit}-byte cap; not loaded"
+        )
     # Not decoded: non-identity encodings were refused, so the bytes counted are the
     # bytes held. The library's transport hands out its body to be read whole, with
     # no generator between (unless a hook read it already).
@@ -316,7 +360,7 @@ async def _read_capped(response: httpx.Response, limit: int, *, cut: bool = Fals
     if isinstance(body, ResponseBody) and not response.is_stream_consumed:
         data, complete = await body.read_within(limit)
         if not complete and not cut:
-            raise PageTooLargeError(f"page is over the {limit}-byte cap; not loaded")
+            raise PageTooLargeError(f"{what}: the body is over the {limit}-byte cap; not loaded")
         return data
     parts: list[bytes] = []
     size = 0
@@ -330,7 +374,9 @@ async def _read_capped(response: httpx.Response, limit: int, *, cut: bool = Fals
                 if cut:
                     parts.append(chunk[: limit - (size - len(chunk))])
                     break
-                raise PageTooLargeError(f"page is over the {limit}-byte cap; not loaded")
+                raise PageTooLargeError(
+                    f"{what}: the body is over the {limit}-byte cap; not loaded"
+                )
             parts.append(chunk)
     return b"".join(parts)
 
@@ -338,17 +384,22 @@ async def _read_capped(response: httpx.Response, limit: int, *, cut: bool = Fals
 def _status_error(status: int, body: bytes, task_id: str, endpoint: str) -> Exception:
     text = body.decode(errors="replace")
     detail = text.strip().splitlines()[0][:200] if text.strip() else "(no body)"
+    context: ErrorContext = {"task_id": task_id, "url": endpoint}
     if status == 404:
-        return TaskNotFoundError(f"agent at {endpoint} does not know task {task_id!r}: {detail}")
+        return TaskNotFoundError(
+            f"agent at {endpoint} does not know task {task_id!r}: {detail}", **context
+        )
     if status >= 500 or status in RETRY_LATER_STATUSES:
         return AgentUnavailableError(
-            f"agent at {endpoint} answered {status}: {detail}",
+            f"agent at {endpoint} answered {status} to the read of task {task_id!r}: {detail}",
             status_code=status,
             retry_after_seconds=retry_after_seconds(getattr(body, "retry_after", None)),
+            **context,
         )
     return AgentRefusedError(
         f"agent at {endpoint} refused the read of task {task_id!r} with {status}: {detail}",
         status_code=status,
+        **context,
     )
 
 

@@ -31,6 +31,7 @@ from ._errors import (
     InvalidArgumentError,
     PoolBusyError,
     TaskNotFoundError,
+    add_context,
 )
 from ._exchange import read_page
 from ._options import (
@@ -222,8 +223,10 @@ async def follow_task(
                     bound,
                     extra=follower.extra,
                 )
-    except Exception:
+    except Exception as exc:
         ending = "an error ended it"
+        # The sink's errors (a store's) know their key, not the task or the turn.
+        add_context(exc, task_id=task_id, turn_id=turn_id)
         raise
     except BaseException:
         ending = "it was cancelled"

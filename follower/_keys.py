@@ -9,8 +9,12 @@ a folder, and back.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from ._errors import InvalidKeyError
+
+if TYPE_CHECKING:
+    from ._errors import ErrorContext
 
 # C0 and C1 control characters, and the backslash.
 _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\\]")
@@ -27,16 +31,19 @@ def check_key(key: str) -> str:
     """
     problem = _key_problem(key)
     if problem is not None:
-        raise InvalidKeyError(f"invalid key {_short(key)}: {problem}")
+        raise InvalidKeyError(f"invalid key {_short(key)}: {problem}", key=_named(key))
     return key
 
 
-def check_segment(value: str, what: str) -> str:
-    """``value`` if it can be one key segment: a turn id, a task id in a default prefix."""
+def check_segment(value: str, what: str, context: ErrorContext | None = None) -> str:
+    """``value`` if it can be one key segment: a turn id, a task id in a default prefix.
+
+    ``context`` names ``value`` in the error's attributes (``{"turn_id": value}``...).
+    """
     problem = "one key segment, no '/'" if isinstance(value, str) and "/" in value else None
     problem = problem or _key_problem(value)
     if problem is not None:
-        raise InvalidKeyError(f"invalid {what} {_short(value)}: {problem}")
+        raise InvalidKeyError(f"invalid {what} {_short(value)}: {problem}", **(context or {}))
     return value
 
 
@@ -45,7 +52,7 @@ def check_turn_id(turn_id: str) -> str:
 
     So it is at most :data:`MAX_SEGMENT_BYTES` bytes of UTF-8, like any segment.
     """
-    return check_segment(turn_id, "turn id")
+    return check_segment(turn_id, "turn id", {"turn_id": _named(turn_id)})
 
 
 def check_prefix(prefix: str) -> str:
@@ -56,11 +63,11 @@ def check_prefix(prefix: str) -> str:
         return prefix
     if not prefix.endswith("/"):
         raise InvalidKeyError(
-            f"invalid prefix {_short(prefix)}: a prefix ends with '/' or is empty"
+            f"invalid prefix {_short(prefix)}: a prefix ends with '/' or is empty", key=prefix
         )
     problem = _key_problem(prefix[:-1])
     if problem is not None:
-        raise InvalidKeyError(f"invalid prefix {_short(prefix)}: {problem}")
+        raise InvalidKeyError(f"invalid prefix {_short(prefix)}: {problem}", key=prefix)
     return prefix
 
 
@@ -74,7 +81,7 @@ def check_list_prefix(prefix: str) -> str:
     if problem is None and any(s in (".", "..") for s in prefix.split("/")[:-1]):
         problem = "'.' or '..' segment"
     if problem is not None:
-        raise InvalidKeyError(f"invalid prefix {_short(prefix)}: {problem}")
+        raise InvalidKeyError(f"invalid prefix {_short(prefix)}: {problem}", key=prefix)
     return prefix
 
 
@@ -108,6 +115,11 @@ def _text_problem(text: str) -> str | None:
     except UnicodeEncodeError:
         return "not valid UTF-8"
     return None
+
+
+def _named(value: object) -> str | None:
+    """``value`` as an error's attribute: the string it is, or None for what is no string."""
+    return value if isinstance(value, str) else None
 
 
 def _short(value: object) -> str:

@@ -58,7 +58,9 @@ def _valid_turn_id(keys: TurnKeys, __: attrs.Attribute[str], value: str) -> None
         raise InvalidKeyError(
             f"prefix {keys.prefix_key[:40]!r}... and turn id {value[:40]!r}... are too long: "
             f"together at most {MAX_KEY_BYTES - len(LIVE_FOLDER) - LONGEST_NAME} bytes of UTF-8, "
-            f"so that every key of the turn fits in {MAX_KEY_BYTES}"
+            f"so that every key of the turn fits in {MAX_KEY_BYTES}",
+            turn_id=value,
+            key=keys.prefix_key,
         )
 
 
@@ -107,7 +109,8 @@ class TurnKeys:
         start = len(live)
         if not isinstance(keys, list):
             raise CorruptObjectError(
-                f"listing {live!r} gave a {type(keys).__name__}, not a list of keys"
+                f"listing {live!r} gave a {type(keys).__name__}, not a list of keys",
+                key=live,
             )
         # C-speed bounds in place of a check a key: every string that starts with
         # live sorts after it and before live with its last character ("/") moved up one.
@@ -119,7 +122,8 @@ class TurnKeys:
             for key in keys:
                 if not (isinstance(key, str) and key.startswith(live) and len(key) > start):
                     raise CorruptObjectError(
-                        f"listing {live!r} gave what is not a key under it: {key!r:.200}"
+                        f"listing {live!r} gave what is not a key under it: {key!r:.200}",
+                        key=live,
                     )
         return [key[start:] for key in keys]
 
@@ -129,7 +133,7 @@ def default_prefix(task_id: str) -> str:
 
     The task id comes from the agent (or the user), so it must be one key segment.
     """
-    return f"follow/{check_segment(task_id, 'task id')}/"
+    return f"follow/{check_segment(task_id, 'task id', {'task_id': task_id})}/"
 
 
 # --- chunks ---------------------------------------------------------------------------
@@ -200,14 +204,16 @@ def decode_events(body: bytes, key: str) -> list[Any]:
     deep = too_deep_lines(data)
     if deep:
         raise CorruptObjectError(
-            f"stored chunk {key!r}: line {deep[0] + 1} nests deeper than {MAX_JSON_DEPTH} levels"
+            f"stored chunk {key!r}: line {deep[0] + 1} nests deeper than {MAX_JSON_DEPTH} levels",
+            key=key,
         )
     decode = json.JSONDecoder(parse_constant=refuse_constant, parse_float=finite_float).decode
     try:
         return [decode(line) for line in text.split("\n") if line.strip()]
     except ValueError as exc:
         raise CorruptObjectError(
-            f"stored chunk {key!r} holds a line that is not JSON: {exc}"
+            f"stored chunk {key!r} holds a line that is not JSON: {exc}",
+            key=key,
         ) from exc
 
 
@@ -227,13 +233,15 @@ def decode_json_object(body: bytes, key: str) -> dict[str, Any]:
     data = _stored_bytes(body, key, "stored object")
     text = _utf8(data, key, "stored object")
     if nests_too_deep(data):
-        raise CorruptObjectError(f"stored object {key!r} nests deeper than {MAX_JSON_DEPTH} levels")
+        raise CorruptObjectError(
+            f"stored object {key!r} nests deeper than {MAX_JSON_DEPTH} levels", key=key
+        )
     try:
         value = json.loads(text, parse_constant=refuse_constant, parse_float=finite_float)
     except ValueError as exc:
-        raise CorruptObjectError(f"stored object {key!r} is not JSON: {exc}") from exc
+        raise CorruptObjectError(f"stored object {key!r} is not JSON: {exc}", key=key) from exc
     if not isinstance(value, dict):
-        raise CorruptObjectError(f"stored object {key!r} is not a JSON object")
+        raise CorruptObjectError(f"stored object {key!r} is not a JSON object", key=key)
     return value
 
 
@@ -241,7 +249,8 @@ def _stored_bytes(body: object, key: str, what: str) -> bytes:
     """What a store's get returned, as bytes (not copied when it is bytes), or refused."""
     if not isinstance(body, bytes | bytearray | memoryview):
         raise CorruptObjectError(
-            f"{what} {key!r} came back from the store as {type(body).__name__}, not bytes"
+            f"{what} {key!r} came back from the store as {type(body).__name__}, not bytes",
+            key=key,
         )
     return bytes(body)
 
@@ -251,7 +260,7 @@ def _utf8(data: bytes, key: str, what: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise CorruptObjectError(f"{what} {key!r} is not UTF-8: {exc}") from exc
+        raise CorruptObjectError(f"{what} {key!r} is not UTF-8: {exc}", key=key) from exc
 
 
 @attrs.frozen
@@ -267,7 +276,9 @@ class MetaMark:
     def decode(cls, body: bytes, key: str) -> MetaMark:
         fmt = decode_json_object(body, key).get("format")
         if not isinstance(fmt, str):
-            raise CorruptObjectError(f"stored object {key!r} has no string 'format': {fmt!r}")
+            raise CorruptObjectError(
+                f"stored object {key!r} has no string 'format': {fmt!r:.100}", key=key
+            )
         return cls(fmt)
 
 
@@ -302,7 +313,8 @@ class TaskMark:
             and isinstance(started_at, str)
         ):
             raise CorruptObjectError(
-                f"stored object {key!r} needs string task_id, endpoint and started_at"
+                f"stored object {key!r} needs string task_id, endpoint and started_at",
+                key=key,
             )
         return cls(task_id, endpoint, started_at)
 
@@ -332,14 +344,20 @@ class EndMark:
         mark = decode_json_object(body, key)
         number = mark.get("next")
         if not isinstance(number, int) or isinstance(number, bool) or number < 0:
-            raise CorruptObjectError(f"stored object {key!r} has no valid 'next': {number!r}")
+            raise CorruptObjectError(
+                f"stored object {key!r} has no valid 'next': {number!r:.100}", key=key
+            )
         state = mark.get("state")
         parsed = TrajectoryState.__members__.get(state.upper()) if isinstance(state, str) else None
         if parsed is None or parsed.value != state or not parsed.is_terminal:
-            raise CorruptObjectError(f"stored object {key!r} has no terminal 'state': {state!r}")
+            raise CorruptObjectError(
+                f"stored object {key!r} has no terminal 'state': {state!r:.100}", key=key
+            )
         complete = mark.get("complete")
         if complete is not None and not isinstance(complete, bool):
-            raise CorruptObjectError(f"stored object {key!r} has a 'complete' of {complete!r}")
+            raise CorruptObjectError(
+                f"stored object {key!r} has a 'complete' of {complete!r:.100}", key=key
+            )
         return cls(parsed, number, complete)
 
 
@@ -356,7 +374,7 @@ class NextLink:
     def decode(cls, body: bytes, key: str) -> NextLink:
         link = decode_json_object(body, key)
         if "turn" not in link:
-            raise CorruptObjectError(f"stored object {key!r} has no 'turn' field")
+            raise CorruptObjectError(f"stored object {key!r} has no 'turn' field", key=key)
         turn = link["turn"]
         if turn is None:
             return cls(None)
@@ -364,7 +382,8 @@ class NextLink:
             return cls(check_turn_id(turn))
         except InvalidKeyError as exc:
             raise CorruptObjectError(
-                f"stored object {key!r} names no valid turn: {turn!r}"
+                f"stored object {key!r} names no valid turn: {turn!r:.100}",
+                key=key,
             ) from exc
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import anyio
 import attrs
 
-from ._errors import CorruptObjectError, ReaderIdleError
+from ._errors import CorruptObjectError, FollowerError, ReaderIdleError, add_context
 from ._layout import END, NEXT, EndMark, NextLink, TurnKeys, chunk_positions, decode_events
 from ._options import positive_seconds
 from ._stores import list_keys
@@ -100,19 +100,29 @@ async def read_live_trajectory(
     seen: set[str] = set()
     current: str | None = turn_id
     while current is not None:
+        turn_keys = attrs.evolve(keys, turn_id=current)
         if current in seen:
-            raise CorruptObjectError(f"turn {current!r} is linked twice: the links loop")
+            raise CorruptObjectError(
+                f"turn {current!r} is linked twice: the links loop",
+                turn_id=current,
+                key=turn_keys.next,
+            )
         seen.add(current)
-        turn = _TurnReader(store, attrs.evolve(keys, turn_id=current))
-        while not turn.done:
-            async for event in turn.read_new():
-                idle.touch()
-                yield event
-            if turn.progressed:
-                idle.touch()
-            elif not turn.done:
-                await anyio.sleep(poll_interval_seconds)
-                idle.check(turn.prefix)
+        turn = _TurnReader(store, turn_keys)
+        try:
+            while not turn.done:
+                async for event in turn.read_new():
+                    idle.touch()
+                    yield event
+                if turn.progressed:
+                    idle.touch()
+                elif not turn.done:
+                    await anyio.sleep(poll_interval_seconds)
+                    idle.check(turn.prefix)
+        except FollowerError as exc:
+            # The layout's and the store's errors know their key; the turn is known here.
+            add_context(exc, turn_id=current, key=turn.prefix)
+            raise
         if turn_ends:
             assert turn.end is not None
             yield TurnEnd(
@@ -131,7 +141,7 @@ class _IdleClock:
 
     def check(self, where: str) -> None:
         if self._timeout is not None and anyio.current_time() - self._last >= self._timeout:
-            raise ReaderIdleError(f"no new object under {where!r} for {self._timeout} s")
+            raise ReaderIdleError(f"no new object under {where!r} for {self._timeout} s", key=where)
 
 
 # Chunk names sort by position while positions fit their 8 digits; past that
@@ -236,7 +246,8 @@ class _TurnReader:
             if self._short_listings > 1:
                 raise CorruptObjectError(
                     f"{self.prefix + END!r} says {self.end_next} events, "
-                    f"but only {self.cursor} are stored"
+                    f"but only {self.cursor} are stored",
+                    key=self.prefix + END,
                 )
 
     async def _get(self, name: str) -> bytes:
@@ -247,7 +258,8 @@ class _TurnReader:
         events = decode_events(await self.store.get(key), key)
         if len(events) != next_ - after:
             raise CorruptObjectError(
-                f"chunk {key!r} holds {len(events)} events, its name says {next_ - after}"
+                f"chunk {key!r} holds {len(events)} events, its name says {next_ - after}",
+                key=key,
             )
         return events
 
@@ -261,5 +273,6 @@ class _TurnReader:
             if events[start - after : stop - after] != theirs[start - o_after : stop - o_after]:
                 raise CorruptObjectError(
                     f"chunks {self.prefix + other!r} and {self.prefix + name!r} overlap "
-                    f"and disagree on events {start}..{stop - 1}"
+                    f"and disagree on events {start}..{stop - 1}",
+                    key=self.prefix + name,
                 )

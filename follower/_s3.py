@@ -158,7 +158,8 @@ class S3Store:
         if size > MAX_KEY_BYTES:
             raise InvalidKeyError(
                 f"invalid key {key[:60]!r}...: under the store's prefix {self._prefix[:60]!r} "
-                f"it is {size} bytes of UTF-8, over the {MAX_KEY_BYTES} an S3 key may have"
+                f"it is {size} bytes of UTF-8, over the {MAX_KEY_BYTES} an S3 key may have",
+                key=key,
             )
 
     async def put(self, key: str, body: bytes, *, content_type: str) -> None:
@@ -236,7 +237,8 @@ class S3Store:
             return
         raise StoreUnavailableError(
             f"cannot put {key!r} in {self._where()}: S3 reported a concurrent write "
-            f"{_CONFLICT_ATTEMPTS} times in a row"
+            f"{_CONFLICT_ATTEMPTS} times in a row",
+            key=key,
         )
 
     def _get_sync(self, key: str) -> bytes:
@@ -248,7 +250,7 @@ class S3Store:
         except ClientError as exc:
             status, code = _status_and_code(exc)
             if code == "NoSuchKey" or (status == 404 and code != "NoSuchBucket"):
-                raise ObjectNotFoundError(f"no object {key!r}") from None
+                raise ObjectNotFoundError(f"no object {key!r}", key=key) from None
             raise self._error("get", key, exc) from exc
         except BotoCoreError as exc:
             raise self._error("get", key, exc) from exc
@@ -300,7 +302,7 @@ class S3Store:
             if isinstance(exc, (BotoConnectionError, HTTPClientError)):
                 kind = StoreUnavailableError  # refused, reset, or timed out
         detail = " ".join(detail.split())  # one line, whatever the service sent
-        return kind(f"cannot {operation} {key!r} in {self._where()}: {detail}")
+        return kind(f"cannot {operation} {key!r} in {self._where()}: {detail}", key=key)
 
 
 # A refusal of who we are, whatever status a service sends it with.

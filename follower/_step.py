@@ -21,6 +21,7 @@ from ._keys import check_prefix
 from ._layout import TurnKeys
 from ._options import (
     DEFAULT_DRAIN_SECONDS,
+    DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_PAGE_BYTES,
     DEFAULT_READ_TIMEOUT_SECONDS,
     FollowOptions,
@@ -59,6 +60,7 @@ def following_live_trajectory(
     resume: bool = False,
     max_follow_seconds: float | None = None,
     headers: Mapping[str, str] | None = None,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
 ) -> AbstractAsyncContextManager[LiveTurn]:
     """Follow one turn's live trajectory for the duration of an ``async with`` block.
 
@@ -77,6 +79,10 @@ def following_live_trajectory(
     the drain bounds it): past it, following ends and the body goes on; the
     end mark then says the turn is not complete.
 
+    ``max_page_bytes`` caps one read's body and ``max_event_bytes`` one event (as
+    compact JSON), as in :func:`~follower.follow_trajectory`: a page over either
+    ends the turn's following with a typed error (logged), and is not stored.
+
     ``headers`` (a bearer token, say) are sent with every read, on top of the
     client's own: the way to reach an agent behind a token without building a
     client. They go only to ``endpoint``, never through a redirect, and are
@@ -88,6 +94,7 @@ def following_live_trajectory(
         client=client,
         read_timeout_seconds=read_timeout_seconds,
         max_page_bytes=max_page_bytes,
+        max_event_bytes=max_event_bytes,
         max_follow_seconds=max_follow_seconds,
         headers=headers,
     )
@@ -109,8 +116,9 @@ class LiveTurns:
 
     ``resume=True`` continues turns the store already holds (a retried step);
     :meth:`hand_off` leaves every turn for the next attempt instead of ending it.
-    ``max_follow_seconds`` bounds each turn's follower, and ``headers`` go with
-    each read, as in :func:`following_live_trajectory`.
+    ``max_follow_seconds`` bounds each turn's follower, ``max_page_bytes`` and
+    ``max_event_bytes`` cap each read, and ``headers`` go with each read, as in
+    :func:`following_live_trajectory`.
     """
 
     def __init__(
@@ -127,6 +135,7 @@ class LiveTurns:
         resume: bool = False,
         max_follow_seconds: float | None = None,
         headers: Mapping[str, str] | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self.endpoint = endpoint
         self.resume = resume
@@ -138,6 +147,7 @@ class LiveTurns:
             client=client,
             read_timeout_seconds=read_timeout_seconds,
             max_page_bytes=max_page_bytes,
+            max_event_bytes=max_event_bytes,
             max_follow_seconds=max_follow_seconds,
             headers=headers,
         )
@@ -154,9 +164,12 @@ class LiveTurns:
     def following(self, turn_id: str) -> AbstractAsyncContextManager[LiveTurn]:
         """The block of the next turn; yields a :class:`LiveTurn`."""
         if self._ended:
-            raise TurnStateError("these turns have ended; no more turns can follow")
+            raise TurnStateError(
+                f"these turns have ended; turn {turn_id!r:.100} cannot follow",
+                turn_id=turn_id if isinstance(turn_id, str) else None,
+            )
         if turn_id in self._turn_ids:
-            raise TurnStateError(f"turn {turn_id!r} was already used in this step")
+            raise TurnStateError(f"turn {turn_id!r} was already used in this step", turn_id=turn_id)
         block = open_turn(
             self.endpoint,
             self.store,

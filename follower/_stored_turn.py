@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ._errors import FollowerError, add_context
 from ._layout import (
     END,
     META,
@@ -69,12 +70,29 @@ class StoredTurn:
 
 
 async def read_stored_turn(store: ObjectStore, keys: TurnKeys) -> StoredTurn:
-    """List the turn's folder and read its marks; raises :class:`~follower.CorruptObjectError`."""
+    """List the turn's folder and read its marks; raises :class:`~follower.CorruptObjectError`.
+
+    Every store error leaving it names the turn (``turn_id``) and the key it is about.
+    """
+    try:
+        return await _read_stored_turn(store, keys)
+    except FollowerError as exc:
+        add_context(exc, turn_id=keys.turn_id, key=keys.live)
+        raise
+
+
+async def _read_stored_turn(store: ObjectStore, keys: TurnKeys) -> StoredTurn:
     names = tuple(keys.names(await store.list(keys.live)))
     present = set(names)
 
     async def body(name: str) -> bytes | None:
-        return await store.get(keys.live + name) if name in present else None
+        if name not in present:
+            return None
+        try:
+            return await store.get(keys.live + name)
+        except FollowerError as exc:
+            add_context(exc, key=keys.live + name)  # a store of the caller's may not say
+            raise
 
     task = await body(TASK)
     meta = await body(META)

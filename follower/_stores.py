@@ -144,7 +144,7 @@ class MemoryStore:
         try:
             return self._objects[key][0]
         except KeyError:
-            raise ObjectNotFoundError(f"no object {key!r}") from None
+            raise ObjectNotFoundError(f"no object {key!r}", key=key) from None
 
     async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
         check_list_prefix(prefix)
@@ -168,7 +168,7 @@ class MemoryStore:
         try:
             return self._objects[key][1]
         except KeyError:
-            raise ObjectNotFoundError(f"no object {key!r}") from None
+            raise ObjectNotFoundError(f"no object {key!r}", key=key) from None
 
 
 # Temporary files live beside their target (os.link needs one filesystem) under
@@ -218,14 +218,14 @@ class FilesystemStore:
                 self._put_sync, path, key, bytes(body), abandon_on_cancel=True
             )
         except OSError as exc:
-            raise StoreError(f"cannot write {key!r} under {self._root}: {exc}") from exc
+            raise StoreError(f"cannot write {key!r} under {self._root}: {exc}", key=key) from exc
 
     async def get(self, key: str) -> bytes:
         path = self._path(key)
         try:
             return await anyio.to_thread.run_sync(self._get_sync, path, key)
         except OSError as exc:
-            raise StoreError(f"cannot read {key!r} under {self._root}: {exc}") from exc
+            raise StoreError(f"cannot read {key!r} under {self._root}: {exc}", key=key) from exc
 
     async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
         check_list_prefix(prefix)
@@ -233,13 +233,15 @@ class FilesystemStore:
         try:
             return await anyio.to_thread.run_sync(self._list_sync, prefix, start_after)
         except OSError as exc:
-            raise StoreError(f"cannot list {prefix!r} under {self._root}: {exc}") from exc
+            raise StoreError(
+                f"cannot list {prefix!r} under {self._root}: {exc}", key=prefix
+            ) from exc
 
     def _path(self, key: str) -> Path:
         check_key(key)
         name = key.rsplit("/", 1)[-1]
         if TEMP_NAME.fullmatch(name):
-            raise InvalidKeyError(f"invalid key {key!r}: the name of a temporary file")
+            raise InvalidKeyError(f"invalid key {key!r}: the name of a temporary file", key=key)
         path = self._root.joinpath(*key.split("/"))
         return path
 
@@ -249,7 +251,8 @@ class FilesystemStore:
         if not path.resolve().is_relative_to(self._root):
             raise StoreEscapeError(
                 f"{key!r} leads out of the store's root {str(self._root)!r} through a "
-                "symbolic link below it: refused"
+                "symbolic link below it: refused",
+                key=key,
             )
 
     def _put_sync(self, path: Path, key: str, body: bytes) -> None:
@@ -282,14 +285,16 @@ class FilesystemStore:
             raise ObjectConflictError(
                 f"cannot write {key!r}: this filesystem ignores case or Unicode normalisation, "
                 f"and the name {_spelt_like(path.name, names)!r} beside it takes its file; "
-                "keys are case-sensitive"
+                "keys are case-sensitive",
+                key=key,
             )
         self._inside_root(path, key)
         if path.is_dir():
             # As get says: no object there; and none can be, while keys sit under it.
             raise StoreError(
                 f"cannot write {key!r}: no object, but a folder of other keys "
-                f"({key + '/'!r}...) has its name, and on a filesystem a name is one or the other"
+                f"({key + '/'!r}...) has its name, and on a filesystem a name is one or the other",
+                key=key,
             )
 
     def _get_sync(self, path: Path, key: str) -> bytes:
@@ -298,9 +303,11 @@ class FilesystemStore:
             self._inside_root(path, key)
             return path.read_bytes()
         except (FileNotFoundError, NotADirectoryError):
-            raise ObjectNotFoundError(f"no object {key!r}") from None
+            raise ObjectNotFoundError(f"no object {key!r}", key=key) from None
         except IsADirectoryError:
-            raise ObjectNotFoundError(f"no object {key!r}: a folder of other keys") from None
+            raise ObjectNotFoundError(
+                f"no object {key!r}: a folder of other keys", key=key
+            ) from None
 
     def _list_sync(self, prefix: str, start_after: str | None) -> builtins.list[str]:
         folder, _, _ = prefix.rpartition("/")
@@ -393,7 +400,8 @@ def check_same_bytes(key: str, stored: bytes, body: bytes) -> None:
     if stored != body:
         raise ObjectConflictError(
             f"object {key!r} already holds other bytes ({len(stored)} stored, {len(body)} "
-            "offered); write-once stores never overwrite"
+            "offered); write-once stores never overwrite",
+            key=key,
         )
 
 

@@ -43,6 +43,7 @@ from ._wire import TrajectoryState
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from ._errors import ErrorContext
     from ._options import (
         FollowOptions,
     )
@@ -144,13 +145,22 @@ class _TurnBlock:
 
     def follow(self, task_id: str) -> None:
         if self._tg is None or self._closed:
-            raise TurnStateError(f"turn {self.turn_id!r}: follow() after the turn's block ended")
+            raise TurnStateError(
+                f"turn {self.turn_id!r}: follow() after the turn's block ended",
+                turn_id=self.turn_id,
+                task_id=self.task_id,
+            )
         if self.task_id is not None:
             raise TurnStateError(
-                f"turn {self.turn_id!r} already follows task {self.task_id!r}; one task per turn"
+                f"turn {self.turn_id!r} already follows task {self.task_id!r}; one task per turn",
+                turn_id=self.turn_id,
+                task_id=self.task_id,
             )
         if not isinstance(task_id, str) or not task_id:
-            raise InvalidArgumentError(f"task_id must be a non-empty string, not {task_id!r}")
+            raise InvalidArgumentError(
+                f"turn {self.turn_id!r}: task_id must be a non-empty string, not {task_id!r:.100}",
+                turn_id=self.turn_id,
+            )
         if self._stored is not None:
             self._check_resumable(self._stored, task_id)
         self.task_id = task_id
@@ -206,15 +216,18 @@ class _TurnBlock:
 
     def _check_resumable(self, stored: StoredTurn, task_id: str) -> None:
         where = f"turn {self.turn_id!r} under {self.keys.prefix_key!r}"
+        context: ErrorContext = {"turn_id": self.turn_id, "task_id": task_id, "key": self.keys.live}
         if stored.task is not None and stored.task.task_id != task_id:
             raise TurnConflictError(
                 f"{where} is stored for task {stored.task.task_id!r}, not {task_id!r}; "
-                "nothing was written"
+                "nothing was written",
+                **context,
             )
         if stored.task is None and stored.end is None and stored.chunks:
             raise TurnConflictError(
                 f"{where} holds {stored.describe()} but no task.json: whose turn it is "
-                "cannot be told, so it is not resumed"
+                "cannot be told, so it is not resumed",
+                **context,
             )
 
     def _new_sink(self, task_id: str) -> LiveTrajectoryChunks:
@@ -298,14 +311,18 @@ class _TurnBlock:
 
     async def __aenter__(self) -> LiveTurn:
         if self._tg is not None:
-            raise TurnStateError(f"turn {self.turn_id!r}: its block can be entered once")
+            raise TurnStateError(
+                f"turn {self.turn_id!r}: its block can be entered once", turn_id=self.turn_id
+            )
         stored = await self._read_stored()
         if not stored.is_empty:
             if not self._resume:
                 raise TurnExistsError(
                     f"turn {self.turn_id!r} under {self.keys.prefix_key!r} already holds "
                     f"{stored.describe()}; pass resume=True to continue it, or use another "
-                    "prefix or turn id (nothing stored was touched)"
+                    "prefix or turn id (nothing stored was touched)",
+                    turn_id=self.turn_id,
+                    key=self.keys.live,
                 )
             self._stored = stored
         self._tg = anyio.create_task_group()
@@ -337,7 +354,9 @@ class _TurnBlock:
         assert scope.cancelled_caught
         raise StoreError(
             f"reading what is stored of turn {self.turn_id!r} took over "
-            f"{STORED_TURN_READ_SECONDS} s"
+            f"{STORED_TURN_READ_SECONDS} s",
+            turn_id=self.turn_id,
+            key=self.keys.live,
         )
 
     async def _drain(self) -> None:

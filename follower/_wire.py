@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import json
-from typing import Any
+from typing import Any, NamedTuple, TypedDict
 
 import attrs
 
@@ -180,7 +180,9 @@ class Page:
             if estimate > DECODED_PAGE_FACTOR * max_page_bytes:
                 raise PageTooLargeError(
                     f"{where} would decode to about {estimate} bytes, over "
-                    f"{DECODED_PAGE_FACTOR} x the {max_page_bytes}-byte cap; not decoded"
+                    f"{DECODED_PAGE_FACTOR} x the {max_page_bytes}-byte cap; not decoded",
+                    task_id=task_id,
+                    after=after,
                 )
         try:
             data = json.loads(body, parse_constant=refuse_constant, parse_float=finite_float)
@@ -193,9 +195,13 @@ class Page:
                     task_id=task_id,
                     after=after,
                 ) from None
-            raise PageNotAnObjectError(f"{where} is not JSON: {exc}") from exc
+            raise PageNotAnObjectError(
+                f"{where} is not JSON: {exc}", task_id=task_id, after=after
+            ) from exc
         except RecursionError as exc:  # pragma: no cover - measured above; kept as a last guard
-            raise PageNotAnObjectError(f"{where} is not JSON: {exc}") from exc
+            raise PageNotAnObjectError(
+                f"{where} is not JSON: {exc}", task_id=task_id, after=after
+            ) from exc
         page = cls.from_object(data, task_id=task_id, after=after, body_bytes=len(data_bytes))
         if len(data_bytes) > max_event_bytes:  # only then can one event be over the cap
             _check_event_sizes(page.events, max_event_bytes, task_id, after)
@@ -204,41 +210,43 @@ class Page:
     @classmethod
     def from_object(cls, data: Any, *, task_id: str, after: int, body_bytes: int = 0) -> Page:
         """Validate an already-decoded JSON value as a page (``body_bytes`` long as read)."""
+        read = _Read(task_id, after)
         if not isinstance(data, dict):
             raise PageNotAnObjectError(
-                f"page for task {task_id!r} is a JSON {type(data).__name__}, not an object"
+                f"{read} is a JSON {type(data).__name__}, not an object", **read.context
             )
-        got_task = _field(data, "task_id", str)
+        got_task = _field(data, "task_id", str, read)
         if got_task != task_id:
-            raise TaskMismatchError(f"asked for task {task_id!r}, got a page of task {got_task!r}")
-        context_id = _field(data, "context_id", str, nullable=True, required=False)
-        raw_state = _field(data, "state", str)
+            raise TaskMismatchError(
+                f"asked for task {task_id!r} at after={after}, got a page of task {got_task!r}",
+                **read.context,
+            )
+        context_id = _field(data, "context_id", str, read, nullable=True, required=False)
+        raw_state = _field(data, "state", str, read)
         try:
             state = TrajectoryState(raw_state)
         except ValueError:
             raise UnknownStateError(
-                f"page for task {task_id!r} has unknown state {raw_state!r}"
+                f"{read} has unknown state {raw_state!r:.100}", **read.context
             ) from None
-        fmt = _field(data, "format", str, nullable=True, required=False)
-        events = _field(data, "events", list)
+        fmt = _field(data, "format", str, read, nullable=True, required=False)
+        events = _field(data, "events", list, read)
         if len(events) > MAX_PAGE_EVENTS:
             raise TooManyEventsError(
-                f"page for task {task_id!r} at after={after} holds {len(events)} events, "
+                f"{read} holds {len(events)} events, "
                 f"over the {MAX_PAGE_EVENTS} an agent may send in one page",
-                task_id=task_id,
-                after=after,
+                **read.context,
             )
-        nxt = _field(data, "next", int)
-        has_more = _field(data, "has_more", bool)
+        nxt = _field(data, "next", int, read)
+        has_more = _field(data, "has_more", bool, read)
         if nxt != after + len(events):
             raise CursorMismatchError(
                 f"page for task {task_id!r} read after={after} with {len(events)} events "
-                f"but says next={nxt}"
+                f"but says next={nxt}",
+                **read.context,
             )
         if has_more and not events:
-            raise NoProgressError(
-                f"page for task {task_id!r} at after={after} claims more events but has none"
-            )
+            raise NoProgressError(f"{read} claims more events but has none", **read.context)
         return cls(
             task_id=got_task,
             context_id=context_id,
@@ -258,24 +266,45 @@ def _check_event_sizes(events: tuple[Any, ...], limit: int, task_id: str, after:
         size = len(encode(event))
         if size > limit:
             raise EventTooLargeError(
-                f"page for task {task_id!r}: event {after + index} is {size} bytes of JSON, "
+                f"page for task {task_id!r} at after={after}: event {after + index} is "
+                f"{size} bytes of JSON, "
                 f"over the {limit}-byte cap (max_event_bytes)",
                 task_id=task_id,
                 after=after,
             )
 
 
+class _Read(NamedTuple):
+    """The read a page answers: what its errors name, in their message and attributes."""
+
+    task_id: str
+    after: int
+
+    def __str__(self) -> str:
+        return f"page for task {self.task_id!r} at after={self.after}"
+
+    @property
+    def context(self) -> _PageContext:
+        return {"task_id": self.task_id, "after": self.after}
+
+
+class _PageContext(TypedDict):
+    task_id: str
+    after: int
+
+
 def _field(
     data: dict[str, Any],
     name: str,
     kind: type,
+    read: _Read,
     *,
     nullable: bool = False,
     required: bool = True,
 ) -> Any:
     if name not in data:
         if required:
-            raise PageFieldError(f"page has no {name!r} field")
+            raise PageFieldError(f"{read} has no {name!r} field", **read.context)
         return None
     value = data[name]
     if value is None and nullable:
@@ -283,8 +312,9 @@ def _field(
     # JSON true/false decode to bool, a subclass of int: an int field must not take them.
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise PageFieldError(
-            f"page field {name!r} is a {type(value).__name__}, expected {kind.__name__}"
+            f"{read}: field {name!r} is a {type(value).__name__}, expected {kind.__name__}",
+            **read.context,
         )
     if isinstance(value, int) and value < 0:
-        raise PageFieldError(f"page field {name!r} is negative: {value}")
+        raise PageFieldError(f"{read}: field {name!r} is negative: {value}", **read.context)
     return value
