@@ -210,7 +210,7 @@ class A2AAgent:
             request,
             timeout_seconds=self._timeout_seconds,
             max_body_bytes=_MAX_RPC_BYTES,
-            what=method,
+            what=_call_name(method, None, task_id),
             headers=self._headers,
         )
         what = _call_name(method, self.url, task_id)
