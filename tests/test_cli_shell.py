@@ -76,7 +76,8 @@ async def test_follow_task_past_its_deadline_cancels_the_task(
             args = follow_task_args(anyio_backend, url, task_id, "--deadline", "0.5")
             result = await run_cli_async([*args, "--store", "out"], tmp_path)
     message = assert_one_line_error(result, EXIT_ERROR)
-    assert message == f"task {task_id} did not end within 0.5 s"
+    # The agent's JSON-RPC URL, which its card names: its base URL.
+    assert message == f"task {task_id!r} at {url.rstrip('/')}/ did not end within 0.5 s"
     assert agent.statistics().canceled_tasks == 1
     assert_closed(tmp_path / "out" / "follow" / task_id)
 
