@@ -93,66 +93,43 @@ async def read_page(
     millisecond.
     """
     try:
-        return await _read_page(
+        status, body = await exchange(
             client,
+            "POST",
             endpoint,
-            task_id,
-            after,
-            read_timeout_seconds=read_timeout_seconds,
-            max_page_bytes=max_page_bytes,
-            max_event_bytes=max_event_bytes,
+            {"task_id": task_id, "after": after},
+            timeout_seconds=read_timeout_seconds,
+            max_body_bytes=max_page_bytes,
+            what=f"read of task {task_id!r} from after={after}",
             headers=headers,
         )
-    except FollowerError as exc:
-        # A page's errors know the read, not where it went; the exchange's, the reverse.
-        add_context(exc, url=endpoint, task_id=task_id, after=after)
-        raise
-
-
-async def _read_page(
-    client: httpx.AsyncClient,
-    endpoint: str,
-    task_id: str,
-    after: int,
-    *,
-    read_timeout_seconds: float,
-    max_page_bytes: int,
-    max_event_bytes: int,
-    headers: RequestHeaders,
-) -> Page:
-    status, body = await exchange(
-        client,
-        "POST",
-        endpoint,
-        {"task_id": task_id, "after": after},
-        timeout_seconds=read_timeout_seconds,
-        max_body_bytes=max_page_bytes,
-        what=f"read of task {task_id!r} from after={after}",
-        headers=headers,
-    )
-    if status != 200:
-        raise _status_error(status, body, task_id, endpoint)
-    if len(body) <= LARGE_PAGE_BYTES:
-        return Page.from_json(
+        if status != 200:
+            raise _status_error(status, body, task_id, endpoint)
+        if len(body) <= LARGE_PAGE_BYTES:
+            return Page.from_json(
+                body,
+                task_id=task_id,
+                after=after,
+                max_page_bytes=max_page_bytes,
+                max_event_bytes=max_event_bytes,
+            )
+        decode = functools.partial(
+            Page.from_json,
             body,
             task_id=task_id,
             after=after,
             max_page_bytes=max_page_bytes,
             max_event_bytes=max_event_bytes,
         )
-    decode = functools.partial(
-        Page.from_json,
-        body,
-        task_id=task_id,
-        after=after,
-        max_page_bytes=max_page_bytes,
-        max_event_bytes=max_event_bytes,
-    )
-    # Abandoned on cancel, so a deadline or a step's cancel ends the read at once; the
-    # thread finishes its page (a bounded decode, under a second at the caps) and drops it.
-    return await anyio.to_thread.run_sync(
-        decode, abandon_on_cancel=True, limiter=_decoder_limiter()
-    )
+        # Abandoned on cancel, so a deadline or a step's cancel ends the read at once; the
+        # thread finishes its page (a bounded decode, under a second at the caps) and drops it.
+        return await anyio.to_thread.run_sync(
+            decode, abandon_on_cancel=True, limiter=_decoder_limiter()
+        )
+    except FollowerError as exc:
+        # A page's errors know the read, not where it went; the exchange's, the reverse.
+        add_context(exc, url=endpoint, task_id=task_id, after=after)
+        raise
 
 
 def _decoder_limiter() -> anyio.CapacityLimiter:
