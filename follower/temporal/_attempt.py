@@ -77,7 +77,9 @@ class StepAttempt:
         mark: one that will be retried hands the turn off instead.
         """
         if self.turns is None:
-            raise TurnStateError("following() needs live_turns() entered first")
+            raise TurnStateError(
+                f"turn {turn_id!r}: following() needs live_turns() entered first", turn_id=turn_id
+            )
         async with self.turns.following(turn_id) as turn:
             try:
                 yield turn
