@@ -22,7 +22,7 @@ import anyio.abc
 
 from ._a2a import connect_agent, run_a2a_turn
 from ._cli_progress import TurnDisplay
-from ._errors import FollowerError, InvalidArgumentError
+from ._errors import AgentCardError, FollowerError, InvalidArgumentError
 from ._layout import EndMark, TurnKeys
 from ._reader import read_live_trajectory
 from ._step import LiveTurns
@@ -171,7 +171,9 @@ async def _run_step(
 ) -> None:
     async with connect_agent(url, timeout_seconds=DEMO_A2A_TIMEOUT_SECONDS) as a2a:
         if a2a.trajectory_endpoint is None:
-            raise FollowerError("the reference agent's card offers no live trajectory")
+            raise AgentCardError(
+                f"the reference agent's card at {url} offers no live trajectory", url=url
+            )
         async with LiveTurns(
             a2a.trajectory_endpoint,
             store,
