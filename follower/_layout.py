@@ -26,7 +26,7 @@ import attrs
 from ._errors import CorruptObjectError, InvalidKeyError
 from ._keys import MAX_KEY_BYTES, check_prefix, check_segment, check_turn_id
 from ._nesting import MAX_JSON_DEPTH, nests_too_deep, too_deep_lines
-from ._wire import TrajectoryState, finite_float, refuse_constant
+from ._wire import TrajectoryState, decode_strict_json
 
 JSON = "application/json"
 JSONL = "application/jsonl"
@@ -207,9 +207,8 @@ def decode_events(body: bytes, key: str) -> list[Any]:
             f"stored chunk {key!r}: line {deep[0] + 1} nests deeper than {MAX_JSON_DEPTH} levels",
             key=key,
         )
-    decode = json.JSONDecoder(parse_constant=refuse_constant, parse_float=finite_float).decode
     try:
-        return [decode(line) for line in text.split("\n") if line.strip()]
+        return [decode_strict_json(line) for line in text.split("\n") if line.strip()]
     except ValueError as exc:
         raise CorruptObjectError(
             f"stored chunk {key!r} holds a line that is not JSON: {exc}",
@@ -237,7 +236,7 @@ def decode_json_object(body: bytes, key: str) -> dict[str, Any]:
             f"stored object {key!r} nests deeper than {MAX_JSON_DEPTH} levels", key=key
         )
     try:
-        value = json.loads(text, parse_constant=refuse_constant, parse_float=finite_float)
+        value = decode_strict_json(text)
     except ValueError as exc:
         raise CorruptObjectError(f"stored object {key!r} is not JSON: {exc}", key=key) from exc
     if not isinstance(value, dict):

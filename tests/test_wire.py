@@ -448,3 +448,19 @@ def test_an_unencodable_event_fails_the_chunk_and_the_next_chunk_still_encodes()
         encode_events(({"a": [shared, object()]},))
     # An encoder whose markers kept the failed event's containers would call these circular.
     assert encode_events(([shared, shared], {"a": shared})) == b"[[],[]]\n" + b'{"a":[]}\n'
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "utf-16", "utf-16-be", "utf-32"])
+def test_a_body_in_any_encoding_json_reads_is_read_as_json_reads_it(encoding: str) -> None:
+    # The shared decoder reads bytes as json.loads does, encoding detection and all.
+    text = json.dumps(page_body(events=[{"text": "d\u00e9j\u00e0 \U0001f600"}], next=AFTER + 1))
+    page = parse(text.encode(encoding))
+    assert page.events == tuple(json.loads(text.encode(encoding))["events"])
+
+
+def test_a_byte_order_mark_in_a_text_body_is_refused_as_json_refuses_it() -> None:
+    text = "\ufeff" + json.dumps(page_body())
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+    with pytest.raises(PageNotAnObjectError, match="BOM"):
+        parse(text)
