@@ -54,10 +54,13 @@ Sink = Callable[["TrajectoryBatch"], Awaitable[None]]
 
 AFTER_STOP_PAUSE_SECONDS = 0.2
 # An agent that answers has_more read after read is read back to back, but not for
-# ever: after this many in a row the follower pauses (AFTER_STOP_PAUSE_SECONDS, or the
-# poll interval if shorter). A backlog of 100,000 events then costs one short pause,
-# and an agent that always has more gets at most ~500 reads a second of one follower.
+# ever: after this many such pages in a row the follower pauses (AFTER_STOP_PAUSE_SECONDS,
+# or the poll interval if shorter), so an agent that always has more, a few events at a
+# time, gets at most ~500 reads a second of one follower. A page of BACKLOG_PAGE_EVENTS
+# or more is a backlog being read, paying its way, and does not count: a 1,000,000-event
+# backlog in pages of 1,000 paused 10 times, 2 s of a 3.4 s catch-up.
 MAX_READS_WITHOUT_PAUSE = 100
+BACKLOG_PAGE_EVENTS = 100
 # An agent may register a task's trajectory a moment after message/send answered:
 # until a follower has read a page, a 404 within this long of its first read is
 # "not yet", read again after the poll interval (at most NOT_FOUND_RETRY_SECONDS).
@@ -309,7 +312,7 @@ class _Follower:
             if page.last:
                 return
             if page.has_more:
-                await self._next_at_once()
+                await self._next_at_once(len(page.events))
             else:
                 self._back_to_back = 0
                 await self._pause()
@@ -391,9 +394,10 @@ class _Follower:
         self.progress.events += len(page.events)
         self.progress.complete = page.last
 
-    async def _next_at_once(self) -> None:
+    async def _next_at_once(self, events: int) -> None:
         """Between pages that have more: a checkpoint, and a short pause now and then."""
-        self._back_to_back += 1
+        if events < BACKLOG_PAGE_EVENTS:
+            self._back_to_back += 1
         if self._back_to_back < MAX_READS_WITHOUT_PAUSE:
             await anyio.lowlevel.checkpoint()
         else:

@@ -36,7 +36,7 @@ from follower import (
     _follow,
     follow_trajectory,
 )
-from follower._follow import NOT_FOUND_GRACE_SECONDS, NOT_FOUND_RETRY_SECONDS
+from follower._follow import BACKLOG_PAGE_EVENTS, NOT_FOUND_GRACE_SECONDS, NOT_FOUND_RETRY_SECONDS
 from follower._retries import retry_delay
 
 from .support.agents import ENDPOINT, RecordingSink, ScriptedAgent
@@ -303,6 +303,19 @@ async def test_after_a_hundred_pages_in_a_row_that_have_more_the_follower_pauses
     # Reads 1-100 at once, then a pause; reads 101-200, a pause; then the rest.
     assert times == exactly([0.0] * 100 + [pause] * 100 + [2 * pause] * 50)
     assert sink.events == list(range(250))
+
+
+async def test_a_backlog_in_pages_of_many_events_is_read_without_a_pause() -> None:
+    # Pages that carry BACKLOG_PAGE_EVENTS or more are a backlog paying its way: 150
+    # such pages in a row are read back to back, where 150 small ones pause once.
+    agent = agent_with_t1(*range(150 * BACKLOG_PAGE_EVENTS), page_limit=BACKLOG_PAGE_EVENTS)
+    agent.finish("t1")
+    sink = RecordingSink()
+    with anyio.fail_after(100):
+        async with agent.client() as client:
+            await follow_t1(client, sink)
+    assert read_times(agent) == exactly([0.0] * 150)
+    assert sink.events == list(range(150 * BACKLOG_PAGE_EVENTS))
 
 
 async def test_finished_task_is_read_to_the_end_at_once() -> None:
