@@ -81,9 +81,10 @@ class ErrorContext(TypedDict, total=False):
 _CONTEXT_NAMES = ("task_id", "turn_id", "url", "key")
 
 
-def _one_line(message: str) -> str:
-    # A quoted lower-level error (an OSError, a botocore message) may span lines.
-    return " ".join(message.splitlines())
+def _one_line(message: object) -> str:
+    # A quoted lower-level error (an OSError, a botocore message) may span lines. Not
+    # only a str: a caller's own store may raise one of ours bare, or around an OSError.
+    return " ".join(str(message).splitlines())
 
 
 def _rebuilt(cls: type[FollowerError], args: tuple[Any, ...]) -> FollowerError:
@@ -100,12 +101,13 @@ class FollowerError(Exception):
     each is ``None`` where no layer it passed through knew it.
     """
 
-    task_id: str | None
-    turn_id: str | None
-    url: str | None
-    key: str | None
+    # Defaults on the class too: a subclass whose __init__ skips ours still has them.
+    task_id: str | None = None
+    turn_id: str | None = None
+    url: str | None = None
+    key: str | None = None
 
-    def __init__(self, message: str, **context: Unpack[ErrorContext]) -> None:
+    def __init__(self, message: object = "", **context: Unpack[ErrorContext]) -> None:
         super().__init__(_one_line(message))
         self.task_id = context.get("task_id")
         self.turn_id = context.get("turn_id")
@@ -218,7 +220,7 @@ class MalformedPageError(AgentError):
     that was no cursor read: an A2A call, the card).
     """
 
-    after: int | None
+    after: int | None = None
 
     def __init__(
         self, message: str, *, after: int | None = None, **context: Unpack[ErrorContext]

@@ -638,6 +638,29 @@ def test_context_is_filled_once_never_replaced_and_the_error_is_the_same() -> No
     assert not hasattr(not_ours, "key")
 
 
+def test_errors_raised_as_a_callers_store_raises_them_keep_working() -> None:
+    # A store of the caller's may raise our errors bare, around an OSError, or from a
+    # subclass whose __init__ skips ours: each is still a typed, one-line error that
+    # takes context (put_once's "same bytes" path rests on a bare ObjectExistsError).
+    bare = ObjectExistsError()
+    assert str(bare) == ""
+    assert bare.key is None
+    wrapped = StoreError(OSError(5, "Input/output error\non two lines"))
+    assert "\n" not in str(wrapped)
+    assert "Input/output error on two lines" in str(wrapped)
+
+    class OwnError(StoreError):
+        def __init__(self) -> None:
+            Exception.__init__(self, "the caller's own")
+
+    own = OwnError()
+    assert own.key is None
+    assert add_context(own, key="a", turn_id="t") is own
+    assert (own.key, own.turn_id, own.task_id) == ("a", "t", None)
+    page = PageFieldError.__new__(PageFieldError)
+    assert add_context(page, after=3).after == 3
+
+
 # --- a turn's own limit on events ----------------------------------------------------------
 
 
