@@ -99,13 +99,16 @@ async def read_live_trajectory(
     idle = _IdleClock(idle_timeout_seconds)
     seen: set[str] = set()
     current: str | None = turn_id
+    previous: TurnKeys | None = None
     while current is not None:
         turn_keys = attrs.evolve(keys, turn_id=current)
         if current in seen:
+            assert previous is not None  # the first turn is never seen before
+            # The link at fault is the one that led back: the previous turn's.
             raise CorruptObjectError(
-                f"turn {current!r} is linked twice: the links loop",
-                turn_id=current,
-                key=turn_keys.next,
+                f"turn {previous.turn_id!r} links back to turn {current!r}: the links loop",
+                turn_id=previous.turn_id,
+                key=previous.next,
             )
         seen.add(current)
         turn = _TurnReader(store, turn_keys)
@@ -128,7 +131,7 @@ async def read_live_trajectory(
             yield TurnEnd(
                 turn.turn_id, turn.end.state, turn.cursor, turn.end.complete, turn.next_turn
             )
-        current = turn.next_turn
+        previous, current = turn_keys, turn.next_turn
 
 
 class _IdleClock:

@@ -753,9 +753,18 @@ async def test_links_that_loop_back_are_corrupt() -> None:
         want = await store_turn(store, "t1", [EVENTS[:2]], next_turn="t2")
         want += await store_turn(store, "t2", [EVENTS[2:4]], next_turn="t3")
         want += await store_turn(store, "t3", [EVENTS[4:]], next_turn="t1")
-        # Every event is yielded once, then the loop is refused.
-        got = await read_until_error(store, "t1", CorruptObjectError)
+        # Every event is yielded once, then the loop is refused, blaming the link that
+        # led back (t3's), not t1's, which rightly names t2.
+        got: list[StoredEvent] = []
+        with pytest.raises(CorruptObjectError) as caught:
+            async for event in read_live_trajectory(
+                store, PREFIX, "t1", poll_interval_seconds=POLL
+            ):
+                got.append(event)
         assert got == want
+        assert caught.value.turn_id == "t3"
+        assert caught.value.key == live("t3", "next.json")
+        assert "'t3' links back to turn 't1'" in str(caught.value)
 
 
 async def test_a_turn_that_links_to_itself_is_corrupt() -> None:
@@ -764,6 +773,10 @@ async def test_a_turn_that_links_to_itself_is_corrupt() -> None:
         want = await store_turn(store, "t1", [EVENTS[:2]], next_turn="t1")
         got = await read_until_error(store, "t1", CorruptObjectError)
         assert got == want
+        with pytest.raises(CorruptObjectError) as caught:
+            async for _ in read_live_trajectory(store, PREFIX, "t1", poll_interval_seconds=POLL):
+                pass
+        assert (caught.value.turn_id, caught.value.key) == ("t1", live("t1", "next.json"))
 
 
 # --- on the filesystem store, in real time ------------------------------------------------
