@@ -166,6 +166,8 @@ class _TurnBlock:
         self.task_id = task_id
         self._sink = self._new_sink(task_id)
         self._linked_from = self._chain.followed(self.turn_id)
+        if self._linked_from in self._chain.taken:
+            self._linked_from = None  # another run's turn: its links are that run's to write
         # A resumed turn that has its end mark is done: nothing more is read.
         self._has_follower = self._stored is None or self._stored.end is None
         if self._has_follower:
@@ -291,6 +293,10 @@ class _TurnBlock:
                 extra={"task_id": task_id, "turn_id": self.turn_id},
             )
         finally:
+            if self._sink is not None and self._sink.turn_taken:
+                # Said at once, not at the block's exit: a turn that follows next, in
+                # this run, must not link from another run's turn.
+                self._chain.taken.add(self.turn_id)
             self._follower_done.set()
 
     async def _link_from_previous(self) -> None:
@@ -300,6 +306,8 @@ class _TurnBlock:
     async def _write_link(self) -> None:
         previous = self._linked_from
         assert previous is not None
+        if previous in self._chain.taken:  # lost to another run since follow(): not ours
+            return
         what = f"turn {previous}: linking to turn {self.turn_id}"
         keys = TurnKeys(self.keys.prefix_key, previous)
         landed = await bounded_cleanup(

@@ -380,20 +380,26 @@ async def test_a_run_that_lost_the_turn_to_another_never_marks_its_end(store: Ob
     # Two runs enter the same empty turn (each sees nothing stored); the first to
     # write task.json owns it. The other's exit must not end the owner's turn (its
     # end mark, no events and not complete, would land first and be believed), nor
-    # mark it its step's last (the owner links it on to turn-2).
+    # mark it its step's last or link it on to its own next turn (the owner links it
+    # on to turn-2).
     agent = ScriptedAgent()
-    for task in ("t1", "t2", "t3"):
+    for task in ("t1", "t2", "t3", "t4"):
         agent.add_task(task)
     with anyio.fail_after(30):
         async with turns_of(agent, store) as one:
             async with one.following("turn-1") as owner:
-                async with turns_of(agent, store) as two, two.following("turn-1") as other:
-                    owner.follow("t1")
-                    agent.publish("t1", "a", "b")
-                    while await stored_count(store, "turn-1") < 2:
-                        await agent.wait_reads(len(agent.reads) + 1)
-                    other.follow("t2")
-                    agent.finish("t2")  # its follower reads it to the end, stores nothing
+                async with turns_of(agent, store) as two:
+                    async with two.following("turn-1") as other:
+                        owner.follow("t1")
+                        agent.publish("t1", "a", "b")
+                        while await stored_count(store, "turn-1") < 2:
+                            await agent.wait_reads(len(agent.reads) + 1)
+                        other.follow("t2")
+                        agent.finish("t2")  # its follower reads it to the end, stores nothing
+                    # Its step goes on: its next turn must not link from the lost one.
+                    async with two.following("turn-x") as after_the_lost_one:
+                        after_the_lost_one.follow("t4")
+                        agent.finish("t4")
                 names = await store.list(live("turn-1"))
                 assert live("turn-1") + "end.json" not in names
                 assert live("turn-1") + "next.json" not in names
