@@ -55,12 +55,14 @@ Sink = Callable[["TrajectoryBatch"], Awaitable[None]]
 AFTER_STOP_PAUSE_SECONDS = 0.2
 # An agent that answers has_more read after read is read back to back, but not for
 # ever: after this many such pages in a row the follower pauses (AFTER_STOP_PAUSE_SECONDS,
-# or the poll interval if shorter), so an agent that always has more, a few events at a
-# time, gets at most ~500 reads a second of one follower. A page of BACKLOG_PAGE_EVENTS
-# or more is a backlog being read, paying its way, and does not count: a 1,000,000-event
-# backlog in pages of 1,000 paused 10 times, 2 s of a 3.4 s catch-up.
+# or the poll interval if shorter), so an agent that always has more, a little at a
+# time, gets at most ~500 reads a second of one follower. A page of BACKLOG_PAGE_BYTES or
+# more on the wire is a backlog being read, each read paying its way in what it stores,
+# and does not count: counting every page, a 1,000,000-event backlog in pages of 1,000
+# paused 10 times, 2 s of a 3.4 s catch-up. (Bytes, not events: 100 tiny events cost an
+# agent nothing to send.)
 MAX_READS_WITHOUT_PAUSE = 100
-BACKLOG_PAGE_EVENTS = 100
+BACKLOG_PAGE_BYTES = 32 * 1024
 # An agent may register a task's trajectory a moment after message/send answered:
 # until a follower has read a page, a 404 within this long of its first read is
 # "not yet", read again after the poll interval (at most NOT_FOUND_RETRY_SECONDS).
@@ -312,7 +314,7 @@ class _Follower:
             if page.last:
                 return
             if page.has_more:
-                await self._next_at_once(len(page.events))
+                await self._next_at_once(page.body_bytes)
             else:
                 self._back_to_back = 0
                 await self._pause()
@@ -394,9 +396,9 @@ class _Follower:
         self.progress.events += len(page.events)
         self.progress.complete = page.last
 
-    async def _next_at_once(self, events: int) -> None:
+    async def _next_at_once(self, page_bytes: int) -> None:
         """Between pages that have more: a checkpoint, and a short pause now and then."""
-        if events < BACKLOG_PAGE_EVENTS:
+        if page_bytes < BACKLOG_PAGE_BYTES:
             self._back_to_back += 1
         if self._back_to_back < MAX_READS_WITHOUT_PAUSE:
             await anyio.lowlevel.checkpoint()

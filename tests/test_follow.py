@@ -12,6 +12,7 @@ virtual instant inside a wait the follower is already in; they order nothing.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -36,7 +37,7 @@ from follower import (
     _follow,
     follow_trajectory,
 )
-from follower._follow import BACKLOG_PAGE_EVENTS, NOT_FOUND_GRACE_SECONDS, NOT_FOUND_RETRY_SECONDS
+from follower._follow import BACKLOG_PAGE_BYTES, NOT_FOUND_GRACE_SECONDS, NOT_FOUND_RETRY_SECONDS
 from follower._retries import retry_delay
 
 from .support.agents import ENDPOINT, RecordingSink, ScriptedAgent
@@ -305,17 +306,25 @@ async def test_after_a_hundred_pages_in_a_row_that_have_more_the_follower_pauses
     assert sink.events == list(range(250))
 
 
-async def test_a_backlog_in_pages_of_many_events_is_read_without_a_pause() -> None:
-    # Pages that carry BACKLOG_PAGE_EVENTS or more are a backlog paying its way: 150
-    # such pages in a row are read back to back, where 150 small ones pause once.
-    agent = agent_with_t1(*range(150 * BACKLOG_PAGE_EVENTS), page_limit=BACKLOG_PAGE_EVENTS)
+@pytest.mark.parametrize("event", ["x" * 400, 1], ids=["large-pages", "tiny-events"])
+async def test_a_backlog_in_large_pages_is_read_without_a_pause(event: Any) -> None:
+    # Pages of BACKLOG_PAGE_BYTES or more are a backlog paying its way: 150 such pages in
+    # a row are read back to back. 150 pages of 100 tiny events (cheap for an agent to
+    # send for ever) pause once, as any small pages do.
+    agent = agent_with_t1(*([event] * 15_000), page_limit=100)
     agent.finish("t1")
     sink = RecordingSink()
     with anyio.fail_after(100):
         async with agent.client() as client:
             await follow_t1(client, sink)
-    assert read_times(agent) == exactly([0.0] * 150)
-    assert sink.events == list(range(150 * BACKLOG_PAGE_EVENTS))
+    times = read_times(agent)
+    if event == 1:
+        pause = min(AFTER_STOP_PAUSE, POLL)
+        assert times == exactly([0.0] * 100 + [pause] * 50)
+    else:
+        assert 100 * len(json.dumps(event)) > BACKLOG_PAGE_BYTES
+        assert times == exactly([0.0] * 150)
+    assert len(sink.events) == 15_000
 
 
 async def test_finished_task_is_read_to_the_end_at_once() -> None:
