@@ -8,8 +8,6 @@ backends (``--backend``).
 from __future__ import annotations
 
 import importlib.metadata
-import os
-import pty
 import re
 import shlex
 import subprocess
@@ -45,6 +43,7 @@ from .support.cli import (
     send_message,
     serving,
 )
+from .support.terminal import run_on_terminal
 
 BACKENDS = ["asyncio", "trio"]
 # Runs `python -m follower` as if hypercorn were not installed: its import fails.
@@ -197,28 +196,10 @@ def test_tail_says_what_it_waits_for(tmp_path: Path) -> None:
 
 def test_the_demo_fits_a_narrow_terminal(tmp_path: Path) -> None:
     columns = 40
-    controller, terminal = pty.openpty()
     args = ["demo", "--store", "store", "--turns", "2", "--events", "30", "--interval", "0.01"]
-    with subprocess.Popen(
-        [*CLI, *args],
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=terminal,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "COLUMNS": str(columns), "LINES": "20", "TERM": "xterm"},
-    ) as process:
-        os.close(terminal)
-        shown = bytearray()
-        while True:
-            try:
-                chunk = os.read(controller, 65536)
-            except OSError:  # the terminal's other end closed: the demo has ended
-                break
-            if not chunk:
-                break
-            shown.extend(chunk)
-        returncode = process.wait(timeout=60)
-    os.close(controller)
+    returncode, shown, _ = run_on_terminal(
+        [*CLI, *args], tmp_path, columns=columns, lines=20, stderr_on_terminal=False
+    )
     assert returncode == EXIT_OK
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown.decode())
     # The bars ("  turn-1 ━━━╸━━    16 events reading"), not the summary ("  turn-1: ...").

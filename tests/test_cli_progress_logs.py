@@ -8,27 +8,16 @@ test reads what a person would see, scrollback included.
 
 from __future__ import annotations
 
-import fcntl
-import os
-import pty
 import re
-import struct
-import subprocess
 import sys
-import termios
 import textwrap
 from pathlib import Path
 
 from .support.cli import CLI
+from .support.terminal import run_on_terminal
 
 COLUMNS = 60
 CONTROL = re.compile(r"\x1b\[(\??)([0-9;]*)([A-Za-z])")
-# Without rich's overrides of what a terminal is (TTY_COMPATIBLE=0 would turn the bars off).
-TERMINAL_ENVIRONMENT = {
-    name: value
-    for name, value in os.environ.items()
-    if name not in {"FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "JUPYTER_COLUMNS"}
-}
 
 
 class Screen:
@@ -114,33 +103,13 @@ class Screen:
             raise AssertionError(f"a control this screen does not know: {numbers}{command}")
 
 
-def run_on_terminal(
+def run_on_screen(
     args: list[str], cwd: Path, *, stderr_on_terminal: bool = True
 ) -> tuple[int, Screen, str]:
     """Run ``args``, stdout on a COLUMNS-wide terminal: its exit, its screen, stderr if piped."""
-    controller, terminal = pty.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, COLUMNS, 0, 0))
-    with subprocess.Popen(
-        args,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=terminal,
-        stderr=terminal if stderr_on_terminal else subprocess.PIPE,
-        env={**TERMINAL_ENVIRONMENT, "COLUMNS": str(COLUMNS), "LINES": "24", "TERM": "xterm"},
-    ) as process:
-        os.close(terminal)
-        shown = bytearray()
-        while True:
-            try:
-                chunk = os.read(controller, 65536)
-            except OSError:  # the terminal's other end closed: the program has ended
-                break
-            if not chunk:
-                break
-            shown.extend(chunk)
-        stderr = process.stderr.read().decode() if process.stderr is not None else ""
-        returncode = process.wait(timeout=60)
-    os.close(controller)
+    returncode, shown, stderr = run_on_terminal(
+        args, cwd, columns=COLUMNS, stderr_on_terminal=stderr_on_terminal
+    )
     screen = Screen(COLUMNS)
     screen.feed(shown.decode())
     return returncode, screen, stderr
@@ -173,7 +142,7 @@ BAR = re.compile(r"^  (turn-\d) .* (\d+) events (\w+)$")
 
 
 def test_a_warning_during_the_bars_prints_above_them_whole(tmp_path: Path) -> None:
-    returncode, screen, _ = run_on_terminal([sys.executable, "-c", PIECE], tmp_path)
+    returncode, screen, _ = run_on_screen([sys.executable, "-c", PIECE], tmp_path)
     lines = screen.lines()
     assert returncode == 0, lines
     warning = f"follower: WARNING: {WARNING}"
@@ -193,7 +162,7 @@ def test_a_warning_during_the_bars_prints_above_them_whole(tmp_path: Path) -> No
 
 def test_a_warning_goes_to_stderr_when_stderr_is_no_terminal(tmp_path: Path) -> None:
     # `follower demo 2>warnings.log` on a terminal: the bars there, the warnings in the file.
-    returncode, screen, stderr = run_on_terminal(
+    returncode, screen, stderr = run_on_screen(
         [sys.executable, "-c", PIECE], tmp_path, stderr_on_terminal=False
     )
     assert returncode == 0, stderr
@@ -204,7 +173,7 @@ def test_a_warning_goes_to_stderr_when_stderr_is_no_terminal(tmp_path: Path) -> 
 def test_the_demos_errors_print_above_its_bars(tmp_path: Path) -> None:
     # not-json: each turn's follower logs an ERROR (the page is malformed) while the bars run.
     args = ["demo", "--store", "store", "--turns", "2", "--events", "10", "--interval", "0.01"]
-    returncode, screen, _ = run_on_terminal([*CLI, *args, "--fault", "not-json"], tmp_path)
+    returncode, screen, _ = run_on_screen([*CLI, *args, "--fault", "not-json"], tmp_path)
     lines = screen.lines()
     assert returncode == 0, lines
     errors = [n for n, line in enumerate(lines) if line.startswith("follower: ERROR: ")]
