@@ -29,7 +29,8 @@ pytestmark = pytest.mark.skipif(
 
 
 HAS_OLD = pytest.mark.skipif(not OLD_PYTHON.exists(), reason="no venv from tools/old-follower-venv")
-# The six ways read_path.py measures a read (the other engineer's read_path.py names them).
+# The ways read_path.py measures a read, as its JSON must name them: written out here, not
+# imported, so that a way renamed or dropped there fails this test.
 READ_PATH_WAYS = (
     "raw",
     "raw + deadline",

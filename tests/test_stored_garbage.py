@@ -117,17 +117,18 @@ def test_closers_hidden_in_strings_cannot_mask_depth() -> None:
     assert not nests_too_deep(document)
 
 
+def value_depth(value: Any) -> int:
+    """How deeply a decoded JSON value nests: ``[]`` is 1, a scalar 0."""
+    if isinstance(value, list):
+        return 1 + max(map(value_depth, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(value_depth, value.values()), default=0)
+    return 0
+
+
 def json_loads_depth(document: bytes) -> int:
     """The depth of what json.loads makes of ``document`` (shallow enough to decode)."""
-
-    def depth(v: Any) -> int:
-        if isinstance(v, list):
-            return 1 + max(map(depth, v), default=0)
-        if isinstance(v, dict):
-            return 1 + max(map(depth, v.values()), default=0)
-        return 0
-
-    return depth(json.loads(document))
+    return value_depth(json.loads(document))
 
 
 @given(
@@ -139,15 +140,8 @@ def json_loads_depth(document: bytes) -> int:
     )
 )
 def test_the_depth_of_any_json_value_is_its_nesting(value: Any) -> None:
-    def depth(v: Any) -> int:
-        if isinstance(v, list):
-            return 1 + max(map(depth, v), default=0)
-        if isinstance(v, dict):
-            return 1 + max(map(depth, v.values()), default=0)
-        return 0
-
     for text in (json.dumps(value), json.dumps(value, ensure_ascii=False)):
-        assert json_depth(text.encode()) == depth(value)
+        assert json_depth(text.encode()) == value_depth(value)
 
 
 nasty_strings = st.text(alphabet='[]{}"\\ab', max_size=6)
