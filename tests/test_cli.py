@@ -248,8 +248,10 @@ def check_demo_summary(result: subprocess.CompletedProcess[str], store: Path) ->
             assert turn_id not in by_id
             continue
         turn = by_id[turn_id]
-        assert int(events) == len(turn.events)
-        assert int(chunks) == len(turn.chunks)
+        # The summary read the store when the step ended; a put abandoned at a drain's
+        # deadline may land later, so the files read now may hold more than it counted.
+        assert int(events) <= len(turn.events)
+        assert int(chunks) <= len(turn.chunks)
         assert turn.end is not None
         assert turn.next_turn is not None
         assert state == turn.end["state"]

@@ -22,7 +22,7 @@ from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from follower import FilesystemStore
+from follower import FilesystemStore, StoredEvent, read_live_trajectory
 from follower.temporal import run_a2a_step
 from follower.temporal.workflow_types import A2AStepParams, A2AStepResult, StepTurn, StoreSpec
 from follower.testing import ReferenceAgent, TaskScript, serve_agent
@@ -34,6 +34,9 @@ pytestmark = pytest.mark.anyio
 
 PREFIX = "steps/s1/"
 POLL = 0.05
+LONG_TURN = 250
+"""Events of a turn that is stopped or killed mid-way: 5 s of them, so it is still running
+when the worker goes, however busy the machine (a shorter one could end first)."""
 
 
 @asynccontextmanager
@@ -122,11 +125,27 @@ async def test_a_workflow_cancel_mid_turn_marks_it_canceled_and_cancels_the_agen
                 await handle.result()
             assert isinstance(caught.value.cause, CancelledError)
             stats = agent.statistics()
-    turn = await stored_turn(store, PREFIX, "t-1")
+    turn = await stored_turn(store, PREFIX, "t-1")  # checks the chunks are contiguous from 0
     assert turn.end is not None
     assert turn.end["state"] == "canceled"
     assert turn.end["complete"] is False
-    assert turn.end["next"] == len(turn.events) >= 5
+    # end.json's next means "at least this many are stored": a chunk whose put was in
+    # flight at the cancel may land after the end mark, past its next.
+    assert turn.end["next"] <= len(turn.events)
+    assert len(turn.events) >= 5
+    assert turn.events == [agent.script.event(i) for i in range(len(turn.events))]
+    with anyio.fail_after(30):
+        read_back = [
+            item.event
+            async for item in read_live_trajectory(
+                store, PREFIX, "t-1", poll_interval_seconds=POLL, idle_timeout_seconds=10
+            )
+            if isinstance(item, StoredEvent)
+        ]
+    # The library's reader reads every stored event, those past next too (and any that
+    # landed since), in order.
+    assert read_back[: len(turn.events)] == turn.events
+    assert read_back == [agent.script.event(i) for i in range(len(read_back))]
     assert turn.next_turn == {"turn": None}, "the step ended for good: its last turn is marked"
     assert stats.canceled_tasks == 1, "the agent was told to cancel its task"
     assert await store.list(f"{PREFIX}t-2/") == [], "the second turn never started"
@@ -135,7 +154,7 @@ async def test_a_workflow_cancel_mid_turn_marks_it_canceled_and_cancels_the_agen
 async def test_a_worker_stopped_mid_turn_hands_off_and_the_retry_on_another_resumes(
     temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
-    agent = ReferenceAgent(script=TaskScript(events=80, interval_seconds=0.02))
+    agent = ReferenceAgent(script=TaskScript(events=LONG_TURN, interval_seconds=0.02))
     queue = uuid.uuid4().hex
     store = FilesystemStore(tmp_path)
     count = stored_events(store, "t-1")
@@ -148,14 +167,15 @@ async def test_a_worker_stopped_mid_turn_hands_off_and_the_retry_on_another_resu
             handed_off = await stored_turn(store, PREFIX, "t-1")
             assert handed_off.end is None
             assert handed_off.next_turn is None
-            assert 5 <= len(handed_off.events) < 80
+            assert 5 <= len(handed_off.events) < LONG_TURN
             async with worker(temporal_env.client, queue):
                 result: A2AStepResult = await handle.result()
             stats = agent.statistics()
     turn = await stored_turn(store, PREFIX, "t-1")
-    assert turn.events == [agent.script.event(i) for i in range(80)], "each event once, in order"
+    expected = [agent.script.event(i) for i in range(LONG_TURN)]
+    assert turn.events == expected, "each event once, in order"
     assert turn.chunks[0][0] == 0
-    assert turn.end == {"state": "completed", "next": 80, "complete": True}
+    assert turn.end == {"state": "completed", "next": LONG_TURN, "complete": True}
     assert turn.next_turn == {"turn": None}
     assert handed_off.task is not None
     assert result.turns[0].task_id == handed_off.task["task_id"]
@@ -173,7 +193,7 @@ WORKER = Path(__file__).parent / "activity_worker.py"
 async def test_a_worker_killed_mid_turn_leaves_the_turn_to_the_retry_on_another(
     temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
-    agent = ReferenceAgent(script=TaskScript(events=80, interval_seconds=0.02))
+    agent = ReferenceAgent(script=TaskScript(events=LONG_TURN, interval_seconds=0.02))
     queue = uuid.uuid4().hex
     client = temporal_env.client
     store = FilesystemStore(tmp_path / "store")
@@ -202,7 +222,7 @@ async def test_a_worker_killed_mid_turn_leaves_the_turn_to_the_retry_on_another(
             left = await stored_turn(store, PREFIX, "t-1")
             assert left.end is None, "a killed worker writes nothing more"
             assert left.next_turn is None
-            assert 5 <= len(left.events) < 80
+            assert 5 <= len(left.events) < LONG_TURN
             # The retry comes after the heartbeat timeout, on the only worker left.
             async with Worker(client, task_queue=queue, activities=[run_a2a_step]):
                 result: A2AStepResult = await handle.result()
@@ -213,10 +233,11 @@ async def test_a_worker_killed_mid_turn_leaves_the_turn_to_the_retry_on_another(
                 if event.HasField("activity_task_started_event_attributes")
             ]
     turn = await stored_turn(store, PREFIX, "t-1")
-    assert turn.events == [agent.script.event(i) for i in range(80)], "each event once, in order"
+    expected = [agent.script.event(i) for i in range(LONG_TURN)]
+    assert turn.events == expected, "each event once, in order"
     assert turn.chunks[0][0] == 0
     assert turn.chunks[: len(left.chunks)] == left.chunks, "the retry continued after them"
-    assert turn.end == {"state": "completed", "next": 80, "complete": True}
+    assert turn.end == {"state": "completed", "next": LONG_TURN, "complete": True}
     assert turn.next_turn == {"turn": None}
     assert left.task is not None
     assert turn.task == left.task
