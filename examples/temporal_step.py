@@ -67,6 +67,10 @@ async def main(store: StoreSpec, temporal_cli: str | None) -> None:
     ):
         url = await tg.start(serve_agent, agent)
         queue = "follower-example"
+        workflow_id = f"example-{uuid.uuid4().hex}"
+        # A prefix of the run's own: its retries resume what it stored, and another
+        # run given the same prefix would be refused (TurnOfAnotherRun).
+        prefix_key = f"steps/{workflow_id}/"
         async with Worker(
             env.client, task_queue=queue, workflows=[TwoTurnStep], activities=[run_a2a_step]
         ):
@@ -75,17 +79,18 @@ async def main(store: StoreSpec, temporal_cli: str | None) -> None:
                 A2AStepParams(
                     agent_url=url,
                     store=store,
-                    prefix_key="steps/example/",
+                    prefix_key=prefix_key,
                     turns=[StepTurn("turn-1", "hello"), StepTurn("turn-2", "and again")],
                     poll_interval_seconds=0.1,
                     task_poll_seconds=0.1,
                 ),
-                id=f"example-{uuid.uuid4().hex}",
+                id=workflow_id,
                 task_queue=queue,
             )
         tg.cancel_scope.cancel()
     for turn in result.turns:
         print(f"{turn.turn_id}: {turn.state}, {turn.events_stored} events stored")
+    print(f"stored under {prefix_key}")
 
 
 if __name__ == "__main__":

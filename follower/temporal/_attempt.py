@@ -17,9 +17,11 @@ from temporalio import activity
 
 from .._endings import is_cancellation
 from .._errors import TurnStateError
+from .._layout import TurnKeys
 from .._step import LiveTurns
 from ._bridge import STEP_CLEANUP_SECONDS, run_cancel_safe
 from ._rule import cancel_ends_for_good, failure_ends_for_good
+from ._run import StepRun, claim_turn
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -73,14 +75,20 @@ class StepAttempt:
     async def following(self, turn_id: str) -> AsyncIterator[LiveTurn]:
         """The block of the next turn (``LiveTurns.following``), under the end-mark rule.
 
-        A failure leaving the block is judged before the block writes its end
-        mark: one that will be retried hands the turn off instead.
+        The turn is first claimed for this workflow run: a turn another run
+        stored is refused (``follower.temporal._run``). A failure leaving the
+        block is judged before the block writes its end mark: one that will be
+        retried hands the turn off instead.
         """
-        if self.turns is None:
+        turns = self.turns
+        if turns is None:
             raise TurnStateError(
                 f"turn {turn_id!r}: following() needs live_turns() entered first", turn_id=turn_id
             )
-        async with self.turns.following(turn_id) as turn:
+        info = activity.info()
+        keys = TurnKeys(turns.prefix_key, turn_id)
+        await claim_turn(turns.store, keys, StepRun.of(info), retried=info.attempt > 1)
+        async with turns.following(turn_id) as turn:
             try:
                 yield turn
             except BaseException as exc:

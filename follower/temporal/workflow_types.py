@@ -13,6 +13,12 @@ from dataclasses import dataclass, field
 RUN_A2A_STEP = "follower.run_a2a_step"
 """The name of the ready-to-use activity, :func:`follower.temporal.run_a2a_step`."""
 
+TURN_OF_ANOTHER_RUN = "TurnOfAnotherRun"
+"""The ``ApplicationError`` type of a step refused a turn another workflow run stored.
+
+Non-retryable: each workflow run needs a prefix of its own (docs/temporal.md).
+"""
+
 
 @dataclass(frozen=True)
 class StoreSpec:

@@ -7,6 +7,7 @@ and the agent's statistics, polled, never from sleeps.
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import uuid
@@ -18,13 +19,19 @@ from typing import Any
 import anyio
 import pytest
 from temporalio.client import Client, WorkflowFailureError
-from temporalio.exceptions import CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from follower import FilesystemStore, StoredEvent, read_live_trajectory
 from follower.temporal import run_a2a_step
-from follower.temporal.workflow_types import A2AStepParams, A2AStepResult, StepTurn, StoreSpec
+from follower.temporal.workflow_types import (
+    TURN_OF_ANOTHER_RUN,
+    A2AStepParams,
+    A2AStepResult,
+    StepTurn,
+    StoreSpec,
+)
 from follower.testing import ReferenceAgent, TaskScript, serve_agent
 
 from ..support.stored import stored_turn
@@ -109,6 +116,61 @@ async def test_a_workflow_runs_the_step_and_stores_every_event_once(
     assert first.task["task_id"] == result.turns[0].task_id
 
 
+def stored_objects(root: Path) -> dict[str, bytes]:
+    """Every file under ``root``, by its path: what a file store holds, byte for byte."""
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    return {str(p.relative_to(root)): p.read_bytes() for p in files}
+
+
+async def run_marker(store: FilesystemStore, turn: str) -> Any:
+    return json.loads(await store.get(f"{PREFIX}{turn}/temporal-run.json"))
+
+
+async def activity_attempts(handle: Any) -> list[int]:
+    return [
+        event.activity_task_started_event_attributes.attempt
+        async for event in handle.fetch_history_events()
+        if event.HasField("activity_task_started_event_attributes")
+    ]
+
+
+async def test_a_new_run_given_a_stored_prefix_is_refused_and_sends_nothing(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    # Every attempt resumes its turns; a second workflow run given the first one's prefix
+    # must not take the first run's turns for its own (and return their results).
+    agent = ReferenceAgent(script=TaskScript(events=3, interval_seconds=0.01))
+    queue = uuid.uuid4().hex
+    store = FilesystemStore(tmp_path)
+    with anyio.fail_after(30):
+        async with served(agent) as url, worker(temporal_env.client, queue):
+            p = params(url, tmp_path, "t-1", "t-2")
+            first = await start(temporal_env.client, queue, p)
+            done: A2AStepResult = await first.result()
+            before = stored_objects(tmp_path)
+            second = await start(temporal_env.client, queue, p)
+            with pytest.raises(WorkflowFailureError) as caught:
+                await second.result()
+            attempts = await activity_attempts(second)
+            stats = agent.statistics()
+    assert [t.state for t in done.turns] == ["completed", "completed"]
+    assert isinstance(caught.value.cause, ActivityError)
+    refusal = caught.value.cause.cause
+    assert isinstance(refusal, ApplicationError)
+    assert refusal.type == TURN_OF_ANOTHER_RUN
+    assert refusal.non_retryable
+    assert first.id in refusal.message
+    assert attempts == [1], "refused for good, not retried"
+    assert stats.tasks == 2, "the second run sent no message"
+    assert stored_objects(tmp_path) == before, "nothing of the first run was changed"
+    assert await run_marker(store, "t-1") == {
+        "namespace": temporal_env.client.namespace,
+        "workflow_id": first.id,
+        "run_id": first.result_run_id,
+        "activity_id": "1",
+    }
+
+
 async def test_a_workflow_cancel_mid_turn_marks_it_canceled_and_cancels_the_agents_task(
     temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
@@ -171,6 +233,7 @@ async def test_a_worker_stopped_mid_turn_hands_off_and_the_retry_on_another_resu
             async with worker(temporal_env.client, queue):
                 result: A2AStepResult = await handle.result()
             stats = agent.statistics()
+            attempts = await activity_attempts(handle)
     turn = await stored_turn(store, PREFIX, "t-1")
     expected = [agent.script.event(i) for i in range(LONG_TURN)]
     assert turn.events == expected, "each event once, in order"
@@ -181,6 +244,8 @@ async def test_a_worker_stopped_mid_turn_hands_off_and_the_retry_on_another_resu
     assert result.turns[0].task_id == handed_off.task["task_id"]
     assert stats.tasks == 1, "the retry followed the same task on"
     assert stats.canceled_tasks == 0, "a handed-off turn's task goes on"
+    assert (await run_marker(store, "t-1"))["workflow_id"] == handle.id
+    assert attempts == [2], "the attempt that finished was the retry"
 
 
 async def _at_least(count: Callable[[], Any], n: int) -> bool:
@@ -227,11 +292,7 @@ async def test_a_worker_killed_mid_turn_leaves_the_turn_to_the_retry_on_another(
             async with Worker(client, task_queue=queue, activities=[run_a2a_step]):
                 result: A2AStepResult = await handle.result()
             stats = agent.statistics()
-            attempts = [
-                event.activity_task_started_event_attributes.attempt
-                async for event in handle.fetch_history_events()
-                if event.HasField("activity_task_started_event_attributes")
-            ]
+            attempts = await activity_attempts(handle)
     turn = await stored_turn(store, PREFIX, "t-1")
     expected = [agent.script.event(i) for i in range(LONG_TURN)]
     assert turn.events == expected, "each event once, in order"
