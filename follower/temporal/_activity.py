@@ -172,7 +172,7 @@ async def _run_turn(
             if not attempt.hand_off_unless_final(exc):
                 await cancel_task_quietly(agent, task_id)
             raise
-    progress = next(p for p in turns.progress() if p.turn_id == turn.turn_id)
+    progress = attempt.exited_progress(turn.turn_id)
     result = TurnResult(
         turn.turn_id, task_id, final.state, progress.events_stored, progress.complete
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from temporalio import activity
 
@@ -24,8 +24,9 @@ from ._rule import cancel_ends_for_good, failure_ends_for_good
 from ._run import StepRun, claim_turn
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
+    from .._chain import TurnProgress
     from .._stores import ObjectStore
     from .._turns import LiveTurn
 
@@ -35,6 +36,18 @@ T = TypeVar("T")
 
 DEFAULT_HEARTBEAT_SECONDS = 10.0
 MIN_HEARTBEAT_SECONDS = 0.05
+MAX_HEARTBEAT_TURNS = 100
+"""A heartbeat lists at most this many turns (the latest unfinished); it sums the rest."""
+
+
+class _TurnBlock(Protocol):
+    """What ``LiveTurns.following()`` hands back: the turn's block, which knows its progress.
+
+    Asked of the block itself, one turn's progress costs the same at any turn of a
+    step; ``LiveTurns.progress()`` walks every turn opened so far.
+    """
+
+    def turn_progress(self) -> TurnProgress: ...
 
 
 class StepAttempt:
@@ -48,6 +61,11 @@ class StepAttempt:
     def __init__(self) -> None:
         self.turns: LiveTurns | None = None
         self.handing_off = False
+        # Turns opened through following() and not ended for good, in order: each one's
+        # progress, asked of its block. A turn that ended for good is only summed.
+        self._unfinished: dict[str, Callable[[], TurnProgress]] = {}
+        self._ended = _Sums()
+        self._exited: TurnProgress | None = None
 
     @asynccontextmanager
     async def live_turns(
@@ -88,12 +106,30 @@ class StepAttempt:
         info = activity.info()
         keys = TurnKeys(turns.prefix_key, turn_id)
         await claim_turn(turns.store, keys, StepRun.of(info), retried=info.attempt > 1)
-        async with turns.following(turn_id) as turn:
-            try:
-                yield turn
-            except BaseException as exc:
-                self.hand_off_unless_final(exc)
-                raise
+        block = turns.following(turn_id)
+        progress = cast("_TurnBlock", block).turn_progress
+        self._unfinished[turn_id] = progress
+        try:
+            async with block as turn:
+                try:
+                    yield turn
+                except BaseException as exc:
+                    self.hand_off_unless_final(exc)
+                    raise
+        finally:
+            self._exited = progress()
+            if not self.handing_off:
+                # Ended for good: its marks are stored, so a later attempt needs nothing
+                # of it from the heartbeats.
+                del self._unfinished[turn_id]
+                self._ended.add(self._exited)
+
+    def exited_progress(self, turn_id: str) -> TurnProgress:
+        """Where ``turn_id`` stood when its block (the last to exit) exited."""
+        exited = self._exited
+        if exited is None or exited.turn_id != turn_id:
+            raise TurnStateError(f"turn {turn_id!r} is not the last to exit", turn_id=turn_id)
+        return exited
 
     def hand_off(self) -> None:
         """Leave every turn for the next attempt: no end marks, no null link."""
@@ -132,19 +168,70 @@ class StepAttempt:
         return found
 
     def heartbeat_details(self) -> dict[str, Any]:
-        """What a heartbeat carries: each turn's id, task id, events stored, and completeness."""
-        turns = self.turns.progress() if self.turns is not None else ()
-        return {
-            "turns": [
-                {
-                    "turn_id": p.turn_id,
-                    "task_id": p.task_id,
-                    "events_stored": p.events_stored,
-                    "complete": p.complete,
-                }
-                for p in turns
-            ]
-        }
+        """What a heartbeat carries, of a size bounded at any count of turns.
+
+        ``turns``: the latest unfinished turns (at most :data:`MAX_HEARTBEAT_TURNS`),
+        each with its id, task id, events stored and completeness; a retried
+        attempt takes their task ids (:meth:`previous_task_ids`). ``others``:
+        how many other turns there are, their events stored, and how many are
+        complete. A turn ended for good is among the others: its ``task.json``
+        and end mark are in the store.
+        """
+        if self.turns is None:
+            return {"turns": [], "others": _Sums().as_details()}
+        if self._unfinished or self._ended.turns:
+            # Only the unfinished turns are asked: in a step that runs its turns in
+            # order, the one running now and any handed off.
+            asks = list(self._unfinished.values())
+            cut = max(0, len(asks) - MAX_HEARTBEAT_TURNS)
+            listed = [ask() for ask in asks[cut:]]
+            others = self._ended.plus(ask() for ask in asks[:cut])
+        else:
+            # The step opened its blocks itself (not through following()): every turn is
+            # asked of LiveTurns, once a beat; the complete ones need nothing from a beat.
+            every = self.turns.progress()
+            unfinished = [p for p in every if not p.complete]
+            listed = unfinished[-MAX_HEARTBEAT_TURNS:]
+            named = {p.turn_id for p in listed}
+            others = _Sums().plus(p for p in every if p.turn_id not in named)
+        return {"turns": [_details(p) for p in listed], "others": others.as_details()}
+
+
+class _Sums:
+    """How many turns, their events stored, and how many are complete."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self.events_stored = 0
+        self.complete = 0
+
+    def add(self, progress: TurnProgress) -> None:
+        self.turns += 1
+        self.events_stored += progress.events_stored
+        self.complete += progress.complete
+
+    def plus(self, more: Iterable[TurnProgress]) -> _Sums:
+        sums = _Sums()
+        sums.turns, sums.events_stored, sums.complete = (
+            self.turns,
+            self.events_stored,
+            self.complete,
+        )
+        for progress in more:
+            sums.add(progress)
+        return sums
+
+    def as_details(self) -> dict[str, int]:
+        return {"turns": self.turns, "events_stored": self.events_stored, "complete": self.complete}
+
+
+def _details(progress: TurnProgress) -> dict[str, Any]:
+    return {
+        "turn_id": progress.turn_id,
+        "task_id": progress.task_id,
+        "events_stored": progress.events_stored,
+        "complete": progress.complete,
+    }
 
 
 def heartbeat_interval_seconds_for(given: float | None = None) -> float:
