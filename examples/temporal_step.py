@@ -36,7 +36,8 @@ with workflow.unsafe.imports_passed_through():
 class TwoTurnStep:
     @workflow.run
     async def run(self, params: A2AStepParams) -> A2AStepResult:
-        return await workflow.execute_activity(
+        # Called by name, the activity's result is typed by result_type only.
+        result: A2AStepResult = await workflow.execute_activity(
             RUN_A2A_STEP,
             params,
             result_type=A2AStepResult,
@@ -47,6 +48,7 @@ class TwoTurnStep:
             # The workflow's cancel waits for the activity's cleanup: the turn is marked.
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
+        return result
 
 
 async def main(store: StoreSpec, temporal_cli: str | None) -> None:
