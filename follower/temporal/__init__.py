@@ -18,6 +18,7 @@ from ._rule import cancel_ends_for_good as cancel_ends_for_good
 from ._rule import failure_ends_for_good as failure_ends_for_good
 from ._rule import is_last_attempt as is_last_attempt
 from .workflow_types import RUN_A2A_STEP as RUN_A2A_STEP
+from .workflow_types import TURN_OF_ANOTHER_RUN as TURN_OF_ANOTHER_RUN
 from .workflow_types import A2AStepParams as A2AStepParams
 from .workflow_types import A2AStepResult as A2AStepResult
 from .workflow_types import StepTurn as StepTurn
@@ -27,6 +28,7 @@ from .workflow_types import TurnResult as TurnResult
 __all__ = [
     "RUN_A2A_STEP",
     "STEP_CLEANUP_SECONDS",
+    "TURN_OF_ANOTHER_RUN",
     "A2AStepParams",
     "A2AStepResult",
     "StepAttempt",
