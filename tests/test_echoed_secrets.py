@@ -215,16 +215,20 @@ async def test_a_page_that_echoes_the_credentials_never_shows_them(
                     )  # fmt: skip
                 errors.append(caught.value)
             # In a turn the same error is logged, never raised.
+            store = MemoryStore()
             async with (
                 LiveTurns(
-                    endpoint, MemoryStore(), "p/", poll_interval_seconds=0.05, **given_as.options
+                    endpoint, store, "p/", poll_interval_seconds=0.05, **given_as.options
                 ) as turns,
                 turns.following("turn-1") as turn,
             ):
                 turn.follow("t1")
+    stored = [(await store.get(key)).decode() for key in await store.list("p/")]
+    assert any('"endpoint"' in text for text in stored)
     assert caplog.records, "the turn logged nothing: the agent's answer was not refused"
     assert any(r.levelno >= logging.ERROR for r in caplog.records)
-    for text in [t for exc in errors for t in error_texts(exc)] + record_texts(caplog.records):
+    texts = [t for exc in errors for t in error_texts(exc)] + record_texts(caplog.records)
+    for text in texts + stored:
         assert not leaked(text), text
 
 
