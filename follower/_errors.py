@@ -50,7 +50,9 @@ listing). A lower layer fills what it knows when it raises; a layer above that
 knows more fills the rest as the error passes (:func:`add_context`), so the
 error keeps its class and its ``__cause__``. The names after a class (``.after``,
 ``.status_code``...) are its own attributes, on top of those four. Every message
-is one line, and names the most specific of them the raiser knew.
+is one line, and names the most specific of them the raiser knew. No message or
+context attribute holds a request's credentials, even where it quotes the agent:
+they are scrubbed as the error is made (:mod:`follower._redact`).
 
 ``PoolBusyError`` is ours, not the agent's: it never counts as a failed read,
 never ends following, and a follower just reads again.
