@@ -146,7 +146,8 @@ def scrub(text: str) -> str:
     if "@" in text:
         text = _USER_INFO_PASSWORD.sub(rf"\1:{REDACTED}@", text)
     secrets = _hidden.get()
-    if not secrets:
+    # Every occurrence, and every start of one that ends the text, begins with its head.
+    if not any(secret[:MIN_SECRET_CHARS] in text for secret in secrets):
         return text
     spans = sorted(
         [(at, at + len(s)) for s in secrets for at in _occurrences(text, s)]
@@ -177,9 +178,12 @@ def _occurrences(text: str, secret: str) -> Iterator[int]:
 
 def _cut_start(secret: str, text: str) -> int:
     """How long a start of ``secret`` (MIN_SECRET_CHARS or more) ending ``text`` is, or 0."""
-    for n in range(min(len(secret) - 1, len(text)), MIN_SECRET_CHARS - 1, -1):
-        if text.endswith(secret[:n]):
-            return n
+    head = secret[:MIN_SECRET_CHARS]
+    at = text.find(head, max(len(text) - len(secret) + 1, 0))
+    while at != -1:
+        if secret.startswith(text[at:]):
+            return len(text) - at
+        at = text.find(head, at + 1)
     return 0
 
 
