@@ -22,7 +22,7 @@ import anyio
 import attrs
 
 from ._clients import leased_client
-from ._discovery import live_trajectory_endpoint, same_origin
+from ._discovery import has_user_info, live_trajectory_endpoint, same_origin
 from ._errors import (
     A2AProtocolError,
     AgentCardError,
@@ -36,6 +36,7 @@ from ._errors import (
 )
 from ._exchange import RETRY_LATER_STATUSES, exchange, retry_after_seconds
 from ._options import DEFAULT_READ_TIMEOUT_SECONDS, RequestHeaders, request_headers
+from ._redact import hiding, scrub, secrets_of
 from ._retries import FailureStreak
 
 if TYPE_CHECKING:
@@ -112,6 +113,8 @@ class A2AAgent:
         self._headers = request_headers("headers", headers)
         self.card = card
         self._client = client
+        # What the agent may echo of our requests, hidden in whatever its calls raise.
+        self._secrets = secrets_of(client=client, headers=self._headers, urls=[url])
         self._timeout_seconds = timeout_seconds
         self.trajectory_endpoint = live_trajectory_endpoint(card, url)
 
@@ -139,8 +142,9 @@ class A2AAgent:
     ) -> A2ATask:
         """A call answered with a task; its errors name the agent's URL and the task."""
         try:
-            result = await self._call(method, params, task_id)
-            return A2ATask.from_result(result, method, url=self.url, task_id=task_id)
+            with hiding(self._secrets):
+                result = await self._call(method, params, task_id)
+                return A2ATask.from_result(result, method, url=self.url, task_id=task_id)
         except FollowerError as exc:
             add_context(exc, url=self.url, task_id=task_id)
             raise
@@ -229,13 +233,14 @@ class A2AAgent:
         if error is not None:
             code = error.get("code") if isinstance(error, Mapping) else None
             text = error.get("message") if isinstance(error, Mapping) else error
-            text = str(text)[:200]
+            # Scrubbed before it is cut: a token cut in two is no longer found whole.
+            text = scrub(str(text))[:200]
             if code == _JSONRPC_TASK_NOT_FOUND:
                 raise TaskNotFoundError(
                     f"{what}: the agent does not know the task: {text}", **context
                 )
             raise A2AProtocolError(
-                f"{what} failed: {text} (code {code!r:.40})", code=code, **context
+                f"{what} failed: {text} (code {scrub(repr(code))[:40]})", code=code, **context
             )
         if "result" not in answer:
             raise A2AProtocolError(f"{what} answered with neither result nor error", **context)
@@ -265,7 +270,7 @@ async def connect_agent(
     :class:`~follower.LiveTurns` for the trajectory reads.
     """
     checked = request_headers("headers", headers)
-    async with leased_client(client) as leased:
+    async with leased_client(client, headers=checked, url=url) as leased:
         card_url, card = await fetch_agent_card(
             leased, url, timeout_seconds=timeout_seconds, headers=checked
         )
@@ -312,7 +317,8 @@ async def fetch_agent_card(
 
 def _rpc_url(card: Mapping[str, Any], card_url: str, given_url: str) -> str:
     named = card.get("url")
-    if not isinstance(named, str) or not named:
+    if not isinstance(named, str) or not named or has_user_info(given_url):
+        # Credentials in the given URL's user info go with that URL, and no other.
         return given_url
     resolved = urljoin(card_url, named)
     if same_origin(resolved, card_url):
@@ -443,5 +449,5 @@ def _call_name(method: str, url: str | None, task_id: str | None) -> str:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    text = scrub(repr(value))  # before it is cut, as a JSON-RPC error's message
     return text if len(text) <= 200 else text[:200] + "..."

@@ -15,6 +15,7 @@ from ._errors import (
     add_context,
 )
 from ._layout import JSON, JSONL, EndMark, MetaMark, NextLink, TaskMark, TurnKeys, encode_events
+from ._redact import scrub
 from ._stores import check_same_bytes
 from ._wire import LARGE_PAGE_BYTES
 
@@ -55,7 +56,7 @@ class LiveTrajectoryChunks:
         self.stored_next = stored_next
         self.format = format
         self.final_state: TrajectoryState | None = None
-        self._task = None if task_id is None else TaskMark.started_now(task_id, endpoint)
+        self._task = None if task_id is None else TaskMark.started_now(task_id, scrub(endpoint))
         self._ended = False
         # Another run's task.json was found where this one's was to go: the turn is
         # that run's, and nothing more of this one may land in it.

@@ -1,20 +1,27 @@
-"""``follower follow``'s credentials: extra headers, a bearer token, a private CA.
+"""``follower follow``'s credentials: extra headers, a bearer token, the URL's user info, a CA.
 
 Self-contained, so the parser and the command each take it in one line. Header
-values come from ``--header 'Name: value'`` (repeatable) and the
+values come from ``--header 'Name: value'`` (repeatable), the
 ``FOLLOWER_BEARER_TOKEN`` variable (``Authorization: Bearer ...``, kept out of the
-process list); a CA bundle from ``--ca-bundle`` or ``FOLLOWER_CA_BUNDLE``. No
-value is ever echoed: not in ``--help``, not in an error, not in a log line, and
-not in what is stored (``task.json`` holds the endpoint only).
+process list) and the agent URL's user info (``http://user:password@host/``: taken
+out of the URL and sent as ``Authorization: Basic ...``, so no URL the command
+prints, logs or stores holds it); a CA bundle from ``--ca-bundle`` or
+``FOLLOWER_CA_BUNDLE``. No value is ever echoed: not in ``--help``, not in an
+error, not in a log line (an agent that echoes one is scrubbed,
+:mod:`follower._redact`), and not in what is stored (``task.json`` holds the
+endpoint only).
 """
 
 from __future__ import annotations
 
+import argparse
+import base64
 import os
 import ssl
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import anyio.to_thread
 
@@ -23,8 +30,7 @@ from ._errors import InvalidArgumentError
 from ._options import RequestHeaders, request_headers
 
 if TYPE_CHECKING:
-    import argparse
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Sequence
 
     import httpx
 
@@ -54,9 +60,33 @@ def add_credential_arguments(command: argparse.ArgumentParser) -> None:
     )
 
 
-def _header(text: str) -> tuple[str, str]:
-    import argparse  # only when parsing: the error type
+class AgentUrl(argparse.Action):
+    """Keeps the agent's URL without its user info; the user info apart, to send as basic auth.
 
+    httpx would send a URL's user info as basic auth too, but the URL would then
+    be printed whole in every message that names the agent.
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        assert isinstance(values, str)
+        parts = urlsplit(values)
+        user_info, at, host = parts.netloc.rpartition("@")
+        credentials = None
+        if at:
+            user, _, password = user_info.partition(":")
+            credentials = f"{unquote(user)}:{unquote(password)}"
+            values = urlunsplit(parts._replace(netloc=host))
+        setattr(namespace, self.dest, values)
+        namespace.url_credentials = credentials
+
+
+def _header(text: str) -> tuple[str, str]:
     name, colon, value = text.partition(":")
     if not colon:
         raise argparse.ArgumentTypeError("a header is 'NAME: VALUE' (no ':' found)")
@@ -68,11 +98,20 @@ def _header(text: str) -> tuple[str, str]:
 
 
 def headers_of(args: argparse.Namespace) -> RequestHeaders:
-    """The headers the command line and the environment ask for."""
+    """The headers the command line, the environment and the agent URL's user info ask for."""
     headers = list(args.headers)
     token = os.environ.get(BEARER_TOKEN_VARIABLE, "").strip()
     if token:
         headers.append(("Authorization", f"Bearer {token}"))
+    credentials = getattr(args, "url_credentials", None)
+    if credentials is not None:
+        if any(name.lower() == "authorization" for name, _ in headers):
+            raise InvalidArgumentError(
+                "the agent's URL carries credentials (user info) and an Authorization "
+                f"header is given too (--header or {BEARER_TOKEN_VARIABLE}): give them once"
+            )
+        basic = base64.b64encode(credentials.encode()).decode("ascii")
+        headers.append(("Authorization", f"Basic {basic}"))
     return request_headers(BEARER_TOKEN_VARIABLE if token else "--header", headers)
 
 

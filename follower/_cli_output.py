@@ -13,6 +13,8 @@ import os
 import sys
 from typing import Any
 
+from ._redact import SCRUBBED_RECORDS, scrub
+
 
 def print_json(value: Any) -> None:
     print(json.dumps(value, separators=(",", ":")), flush=True)
@@ -39,8 +41,13 @@ def silence_stdout() -> None:
 
 
 def log_to_stderr(*, verbose: bool) -> None:
-    """``follower: LEVEL: message`` lines on stderr; INFO and up when verbose, else WARNING."""
+    """``follower: LEVEL: message`` lines on stderr; INFO and up when verbose, else WARNING.
+
+    Every line is scrubbed (:mod:`follower._redact`), whichever logger made it:
+    httpx's request lines at ``-v`` name URLs, a traceback quotes messages.
+    """
     handler = _CurrentStderrHandler()
+    handler.addFilter(SCRUBBED_RECORDS)
     handler.setFormatter(_OneLineFormatter(tracebacks=verbose))
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
 
@@ -65,6 +72,9 @@ class _OneLineFormatter(logging.Formatter):
         self._tracebacks = tracebacks
 
     def format(self, record: logging.LogRecord) -> str:
+        return scrub(self._format(record))
+
+    def _format(self, record: logging.LogRecord) -> str:
         if self._tracebacks or not record.exc_info or record.exc_info[1] is None:
             return super().format(record)
         exc = record.exc_info[1]

@@ -14,9 +14,10 @@ from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
 from . import __version__
-from ._cli_auth import add_credential_arguments
+from ._cli_auth import AgentUrl, add_credential_arguments
 from ._cli_exits import EXIT_BOUND_BROKEN, EXIT_CODES_HELP, EXIT_INCOMPLETE
 from ._cli_store import store_argument
+from ._redact import scrub
 
 # The faults `--fault` takes, as follower.testing.parse_fault reads them: a copy (a
 # test keeps the two equal), so that parsing never imports follower.testing.
@@ -161,7 +162,11 @@ def _follow(commands: _Commands) -> None:
     )
     _global_options(follow)
     follow.add_argument(
-        "url", type=_agent_url, help="the agent's http(s) A2A URL (its card is under it)"
+        "url",
+        type=_agent_url,
+        action=AgentUrl,
+        help="the agent's http(s) A2A URL (its card is under it); user info in it "
+        "(http://USER:PASSWORD@HOST/) is sent as basic auth",
     )
     which = follow.add_mutually_exclusive_group(required=True)
     which.add_argument(
@@ -313,10 +318,10 @@ def _agent_url(text: str) -> str:
         parts = urlsplit(text)
         parts.port  # noqa: B018 - raises ValueError on a port out of range or not a number
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a URL: {exc}") from None
+        raise argparse.ArgumentTypeError(f"{scrub(repr(text))} is not a URL: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not an agent's URL: http://HOST[:PORT]/... or https://..."
+            f"{scrub(repr(text))} is not an agent's URL: http://HOST[:PORT]/... or https://..."
         )
     return text
 

@@ -17,11 +17,14 @@ import anyio.to_thread
 import attrs
 import httpx
 
+from ._redact import hiding, secrets_of
 from ._transport import AgentClient, AgentTransport
 
 if TYPE_CHECKING:
     import ssl
     from collections.abc import AsyncIterator
+
+    from ._options import RequestHeaders
 
 # On the library's transport a request takes a connection of its own (from a stack
 # of idle ones per origin, or a new one), so no follower waits on another, and a
@@ -162,10 +165,19 @@ def client_pool() -> ClientPool:
 
 
 @asynccontextmanager
-async def leased_client(client: httpx.AsyncClient | None) -> AsyncIterator[httpx.AsyncClient]:
-    """The caller's client if given, else one leased from this loop's shared pool."""
+async def leased_client(
+    client: httpx.AsyncClient | None, *, headers: RequestHeaders = (), url: str | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The caller's client if given, else one leased from this loop's shared pool.
+
+    While the block runs, every error and library log record made in it hides the
+    credentials its requests carry: the client's own, those among ``headers``, and
+    ``url``'s password (:mod:`follower._redact`).
+    """
     if client is not None:
-        yield client
+        with hiding(secrets_of(client=client, headers=headers, urls=[url])):
+            yield client
         return
     async with client_pool().lease() as leased:
-        yield leased
+        with hiding(secrets_of(client=leased, headers=headers, urls=[url])):
+            yield leased

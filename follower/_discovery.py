@@ -26,8 +26,9 @@ def live_trajectory_endpoint(card: Mapping[str, Any], a2a_url: str) -> str | Non
     """Return the URL of the agent's live cursor read, or ``None``.
 
     ``None`` when the card has no trajectory extension, when its ``get`` method
-    does not accept a ``{task_id, after}`` body by POST, or when the endpoint
-    would leave the agent's origin (logged as a warning). An endpoint starting
+    does not accept a ``{task_id, after}`` body by POST, when the endpoint
+    would leave the agent's origin, or when ``a2a_url`` carries user info (the
+    last two logged as a warning naming which). An endpoint starting
     with ``/`` is taken from the origin's root; any other relative endpoint
     from ``a2a_url``'s path.
     """
@@ -46,6 +47,16 @@ def live_trajectory_endpoint(card: Mapping[str, Any], a2a_url: str) -> str | Non
         return None
     endpoint = get.get("endpoint", params.get("endpoint"))
     if not isinstance(endpoint, str) or not endpoint:
+        return None
+    if has_user_info(a2a_url):
+        # Not "off the origin": the endpoint would carry the user info into every read's
+        # log line and into task.json, so the library never builds one.
+        logger.warning(
+            "ignoring trajectory endpoint %r: the agent's URL carries credentials in its "
+            "user info, which the library never puts in a trajectory endpoint; give them "
+            "as headers= (an Authorization header) instead",
+            endpoint,
+        )
         return None
     url = _resolve_on_origin(endpoint, a2a_url)
     if url is None:
@@ -116,6 +127,14 @@ def _origin(url: str) -> tuple[str, str, int] | None:
     if scheme not in _DEFAULT_PORTS or not hostname or parts.username or parts.password:
         return None
     return scheme, hostname.lower(), port or _DEFAULT_PORTS[scheme]
+
+
+def has_user_info(url: str) -> bool:
+    """Whether an http(s) URL names a user (and maybe a password) before its host."""
+    try:
+        return "@" in urlsplit(url).netloc
+    except ValueError:
+        return False
 
 
 def same_origin(url: str, other: str) -> bool:

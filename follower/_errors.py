@@ -50,7 +50,9 @@ listing). A lower layer fills what it knows when it raises; a layer above that
 knows more fills the rest as the error passes (:func:`add_context`), so the
 error keeps its class and its ``__cause__``. The names after a class (``.after``,
 ``.status_code``...) are its own attributes, on top of those four. Every message
-is one line, and names the most specific of them the raiser knew.
+is one line, and names the most specific of them the raiser knew. No message or
+context attribute holds a request's credentials, even where it quotes the agent:
+they are scrubbed as the error is made (:mod:`follower._redact`).
 
 ``PoolBusyError`` is ours, not the agent's: it never counts as a failed read,
 never ends following, and a follower just reads again.
@@ -62,6 +64,8 @@ follower's loop like ``EndOfStream`` ends a stream's; it never leaves the librar
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+
+from ._redact import scrub, scrub_value
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -84,7 +88,8 @@ _CONTEXT_NAMES = ("task_id", "turn_id", "url", "key")
 def _one_line(message: object) -> str:
     # A quoted lower-level error (an OSError, a botocore message) may span lines. Not
     # only a str: a caller's own store may raise one of ours bare, or around an OSError.
-    return " ".join(str(message).splitlines())
+    # Scrubbed: a quoted answer may echo the request's credentials (follower._redact).
+    return scrub(" ".join(str(message).splitlines()))
 
 
 def _rebuilt(cls: type[FollowerError], args: tuple[Any, ...]) -> FollowerError:
@@ -109,10 +114,10 @@ class FollowerError(Exception):
 
     def __init__(self, message: object = "", **context: Unpack[ErrorContext]) -> None:
         super().__init__(_one_line(message))
-        self.task_id = context.get("task_id")
-        self.turn_id = context.get("turn_id")
-        self.url = context.get("url")
-        self.key = context.get("key")
+        self.task_id = scrub_value(context.get("task_id"))
+        self.turn_id = scrub_value(context.get("turn_id"))
+        self.url = scrub_value(context.get("url"))
+        self.key = scrub_value(context.get("key"))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # BaseException's rebuilds with cls(*args), which a required keyword breaks.
@@ -138,7 +143,7 @@ def add_context(
     if isinstance(exc, FollowerError):
         for name, value in zip(_CONTEXT_NAMES, (task_id, turn_id, url, key), strict=True):
             if value is not None and getattr(exc, name) is None:
-                setattr(exc, name, value)
+                setattr(exc, name, scrub_value(value))
         if after is not None and isinstance(exc, MalformedPageError) and exc.after is None:
             exc.after = after
     return exc
@@ -197,7 +202,9 @@ class AgentCardError(AgentError):
 class A2AProtocolError(AgentError):
     """An A2A call failed with a JSON-RPC error, or its answer is malformed.
 
-    ``code`` is the JSON-RPC error's code, as the agent sent it (None when there was none).
+    ``code`` is the JSON-RPC error's code, as the agent sent it (None when there was
+    none); a code that is no number (JSON-RPC's are integers) is kept as its text,
+    scrubbed like the message, since an agent may echo a token there too.
     """
 
     code: object
@@ -206,7 +213,7 @@ class A2AProtocolError(AgentError):
         self, message: str, *, code: object = None, **context: Unpack[ErrorContext]
     ) -> None:
         super().__init__(message, **context)
-        self.code = code
+        self.code = code if code is None or isinstance(code, int | float) else scrub(str(code))
 
 
 class TaskTimeoutError(AgentError, TimeoutError):

@@ -208,7 +208,7 @@ async def follow_task(
     try:
         # The follower's own lane: with no client given, a slot of the loop's pool
         # that no other follower reads through at the same time.
-        async with leased_client(options.client) as leased:
+        async with leased_client(options.client, headers=options.headers, url=endpoint) as leased:
             with anyio.move_on_after(math.inf if bound is None else bound) as bounded:
                 try:
                     await follower.run(leased, after)
