@@ -40,6 +40,7 @@ from ._cli_interrupt import INTERRUPTED_LINE, ignore_further_interrupts, run_int
 from ._cli_output import log_to_stderr, silence_stdout
 from ._cli_parser import build_parser
 from ._cli_store import open_store
+from ._extras import install_hint
 
 if TYPE_CHECKING:
     import argparse
@@ -106,7 +107,7 @@ def _check_extras(args: argparse.Namespace) -> None:
             import trio  # noqa: F401
         except ImportError:
             raise CommandError(
-                "--backend trio needs trio: pip install 'follower[trio]'", EXIT_USAGE
+                f"--backend trio needs trio: {install_hint('trio')}", EXIT_USAGE
             ) from None
     if args.command in ("demo", "agent"):
         try:
@@ -115,7 +116,7 @@ def _check_extras(args: argparse.Namespace) -> None:
         except ImportError as exc:
             raise CommandError(
                 f"follower {args.command} needs the testing extra ({exc.name} is missing): "
-                "pip install 'follower[testing]'",
+                f"{install_hint('testing')}",
                 EXIT_USAGE,
             ) from None
 

@@ -139,7 +139,7 @@ def test_demo_and_agent_without_the_testing_extra_name_it(command: str, tmp_path
     message = assert_one_line_error(result, EXIT_USAGE)
     assert message == (
         f"follower {command} needs the testing extra (hypercorn is missing): "
-        "pip install 'follower[testing]'"
+        "pip install '.[testing]' in a checkout of follower"
     )
     assert list(tmp_path.iterdir()) == []
 

@@ -198,7 +198,9 @@ def test_without_boto3_an_s3_store_names_the_extra(backend: str, tmp_path: Path)
         command=without_boto3,
     )
     message = assert_one_line_error(result, EXIT_USAGE)
-    assert message == "the store s3://bucket/ needs boto3: pip install 'follower[s3]'"
+    assert message == (
+        "the store s3://bucket/ needs boto3: pip install '.[s3]' in a checkout of follower"
+    )
 
 
 def test_the_command_line_imports_no_boto3_until_it_opens_an_s3_store() -> None:
