@@ -9,8 +9,11 @@ follow and tail (``_cli_follow``) raise the errors this module maps.
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
@@ -37,6 +40,7 @@ from ._cli_interrupt import INTERRUPTED_LINE, ignore_further_interrupts, run_int
 from ._cli_output import log_to_stderr, silence_stdout
 from ._cli_parser import build_parser
 from ._cli_store import open_store
+from ._extras import install_hint
 
 if TYPE_CHECKING:
     import argparse
@@ -103,7 +107,7 @@ def _check_extras(args: argparse.Namespace) -> None:
             import trio  # noqa: F401
         except ImportError:
             raise CommandError(
-                "--backend trio needs trio: pip install 'follower[trio]'", EXIT_USAGE
+                f"--backend trio needs trio: {install_hint('trio')}", EXIT_USAGE
             ) from None
     if args.command in ("demo", "agent"):
         try:
@@ -112,7 +116,7 @@ def _check_extras(args: argparse.Namespace) -> None:
         except ImportError as exc:
             raise CommandError(
                 f"follower {args.command} needs the testing extra ({exc.name} is missing): "
-                "pip install 'follower[testing]'",
+                f"{install_hint('testing')}",
                 EXIT_USAGE,
             ) from None
 
@@ -170,11 +174,36 @@ async def _demo(args: argparse.Namespace) -> int:
         fault_label=args.fault,
         prefix=prefix,
     )
-    tail = ["follower", "tail", str(args.store), prefix, "turn-1"]
+    tail = [*follower_command(), "tail", str(args.store), prefix, "turn-1"]
     if args.endpoint_url is not None:
         tail += ["--endpoint-url", args.endpoint_url]
     print(f"read it back: {shlex.join(tail)}", flush=True)
     return EXIT_OK if ok else EXIT_ERROR
+
+
+def follower_command() -> list[str]:
+    """How this shell runs this ``follower`` again, for a line that says what to run next.
+
+    ``follower`` when ``PATH`` finds this one; else its script beside this interpreter (as
+    after ``make demo``, whose venv is not activated), relative when under the current
+    folder; else this interpreter with ``-m follower``."""
+    script = Path(sys.executable).parent / "follower"
+    if not (script.is_file() and os.access(script, os.X_OK)):
+        return [_as_typed(Path(sys.executable)), "-m", "follower"]
+    found = shutil.which("follower")
+    if found is not None and os.path.samefile(found, script):
+        return ["follower"]
+    return [_as_typed(script)]
+
+
+def _as_typed(path: Path) -> str:
+    """``path`` relative to the current folder when under it (with a slash, so a shell runs
+    it as a path), else absolute."""
+    try:
+        relative = path.absolute().relative_to(Path.cwd())
+    except ValueError:
+        return str(path.absolute())
+    return str(relative) if relative.parent != Path() else f"./{relative}"
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {

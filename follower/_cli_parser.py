@@ -17,6 +17,7 @@ from . import __version__
 from ._cli_auth import AgentUrl, add_credential_arguments
 from ._cli_exits import EXIT_BOUND_BROKEN, EXIT_CODES_HELP, EXIT_INCOMPLETE
 from ._cli_store import store_argument
+from ._extras import install_hint
 from ._redact import scrub
 
 # The faults `--fault` takes, as follower.testing.parse_fault reads them: a copy (a
@@ -109,7 +110,7 @@ def _demo(commands: _Commands) -> None:
         help="run a 3-turn step against the reference agent and show it live",
         description="Start the reference agent on loopback, run a step of several turns "
         "against it, store the live trajectory under a folder and show it as it is read. "
-        "Needs the testing extra: pip install 'follower[testing]'.",
+        f"Needs the testing extra: {install_hint('testing')}.",
     )
     _global_options(demo)
     demo.add_argument(
@@ -131,7 +132,7 @@ def _agent(commands: _Commands) -> None:
         "agent",
         help="serve the reference agent",
         description="Serve the reference agent (A2A JSON-RPC, agent card, live trajectory) "
-        "until interrupted. Needs the testing extra: pip install 'follower[testing]'.",
+        f"until interrupted. Needs the testing extra: {install_hint('testing')}.",
     )
     _global_options(agent)
     agent.add_argument("--host", default="127.0.0.1", help="address to listen on")

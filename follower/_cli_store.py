@@ -15,6 +15,7 @@ import attrs
 
 from ._cli_exits import EXIT_BAD_STORE, EXIT_USAGE, CommandError
 from ._errors import StoreError
+from ._extras import install_hint
 from ._stores import FilesystemStore
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ async def open_store(
         store = s3_store(where, endpoint_url=endpoint_url)
     except ImportError:
         raise CommandError(
-            f"the store {where} needs boto3: pip install 'follower[s3]'", EXIT_USAGE
+            f"the store {where} needs boto3: {install_hint('s3')}", EXIT_USAGE
         ) from None
     # Reach the bucket before a task is started or an agent served: one line if it
     # fails. A prefix that holds nothing keeps the listing to one cheap request.

@@ -43,6 +43,7 @@ from ._errors import (
     StoreNotFoundError,
     StoreUnavailableError,
 )
+from ._extras import install_hint
 from ._keys import MAX_KEY_BYTES, check_key, check_list_prefix, check_prefix
 from ._stores import check_same_bytes, check_start_after
 
@@ -52,7 +53,7 @@ try:
     from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
     from botocore.exceptions import ConnectionError as BotoConnectionError
 except ImportError as exc:  # pragma: no cover - depends on what is installed
-    raise ImportError("follower.s3 needs boto3: pip install 'follower[s3]'", name=exc.name) from exc
+    raise ImportError(f"follower.s3 needs boto3: {install_hint('s3')}", name=exc.name) from exc
 
 if TYPE_CHECKING:
     import builtins

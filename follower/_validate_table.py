@@ -22,6 +22,7 @@ import attrs
 
 from ._clients import leased_client
 from ._errors import UsageError
+from ._extras import install_hint
 from ._step import following_live_trajectory
 from ._validate import AGENTS, BACKENDS, FULL, OUTCOMES, QUICK, Cell, CellRun, measure_cell
 
@@ -136,7 +137,7 @@ def backends_to_run(asked: str | None) -> tuple[list[str], dict[str, str]]:
     if asked is not None:
         return [asked], {}
     if importlib.util.find_spec("trio") is None:
-        return ["asyncio"], {"trio": "trio is not installed (pip install 'follower[trio]')"}
+        return ["asyncio"], {"trio": f"trio is not installed ({install_hint('trio')})"}
     return list(BACKENDS), {}
 
 
@@ -163,8 +164,7 @@ def validate(
     """Run the table, print it (and its JSON); whether every cell kept within its bounds."""
     if importlib.util.find_spec("hypercorn") is None:
         raise UsageError(
-            "validate serves the reference agent, which needs hypercorn: "
-            "pip install 'follower[testing]'"
+            f"validate serves the reference agent, which needs hypercorn: {install_hint('testing')}"
         )
     _check_writable(json_path)
     timings = QUICK if quick else FULL

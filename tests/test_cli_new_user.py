@@ -8,6 +8,7 @@ backends (``--backend``).
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
 import shlex
 import subprocess
@@ -18,6 +19,7 @@ import anyio
 import pytest
 
 import follower
+from follower._cli import follower_command
 from follower._cli_exits import (
     EXIT_BROKEN_PIPE,
     EXIT_ERROR,
@@ -32,6 +34,7 @@ from follower.testing import Fault, ReferenceAgent, TaskScript
 
 from .support.cli import (
     CLI,
+    CONSOLE_SCRIPT,
     assert_no_traceback,
     assert_one_line_error,
     json_lines,
@@ -136,7 +139,7 @@ def test_demo_and_agent_without_the_testing_extra_name_it(command: str, tmp_path
     message = assert_one_line_error(result, EXIT_USAGE)
     assert message == (
         f"follower {command} needs the testing extra (hypercorn is missing): "
-        "pip install 'follower[testing]'"
+        "pip install '.[testing]' in a checkout of follower"
     )
     assert list(tmp_path.iterdir()) == []
 
@@ -144,12 +147,22 @@ def test_demo_and_agent_without_the_testing_extra_name_it(command: str, tmp_path
 # --- demo, and tail on what it stored --------------------------------------------------------
 
 
+# A shell where the venv is not activated, as after `make demo`: `follower` is not on PATH.
+PATH_WITHOUT_THE_VENV = {
+    "PATH": os.pathsep.join(
+        entry
+        for entry in os.environ.get("PATH", os.defpath).split(os.pathsep)
+        if entry and Path(entry).resolve() != CONSOLE_SCRIPT.parent.resolve()
+    )
+}
+
+
 @pytest.fixture(scope="module")
 def demo_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A demo run's folder (its store under ``store/``) and the last line it printed."""
     cwd = tmp_path_factory.mktemp("demo")
     args = ["demo", "--store", "store", "--turns", "2", "--events", "300", "--interval", "0"]
-    result = run_cli(args, cwd)
+    result = run_cli(args, cwd, env=PATH_WITHOUT_THE_VENV)
     assert result.returncode == EXIT_OK, result.stderr
     return cwd, result.stdout.splitlines()[-1]
 
@@ -157,11 +170,40 @@ def demo_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 def test_the_demo_ends_with_the_command_that_reads_it_back(demo_folder: tuple[Path, str]) -> None:
     cwd, last = demo_folder
     step = only_step(cwd / "store")
-    assert last == f"read it back: follower tail store steps/{step.name}/ turn-1"
-    argv = shlex.split(last.removeprefix("read it back: "))[1:]
-    result = run_cli(argv, cwd)
+    assert last.startswith("read it back: ")
+    argv = shlex.split(last.removeprefix("read it back: "))
+    # `follower` is not on this shell's PATH: the line names the command by its path.
+    assert argv == [str(CONSOLE_SCRIPT), "tail", "store", f"steps/{step.name}/", "turn-1"]
+    # Run as printed, in the shell the demo ran in.
+    result = subprocess.run(
+        argv,
+        cwd=cwd,
+        env={**os.environ, **PATH_WITHOUT_THE_VENV},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == EXIT_OK, result.stderr
     assert len(json_lines(result.stdout)) == 600
+
+
+def test_the_command_to_read_back_is_follower_when_path_finds_this_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(CONSOLE_SCRIPT.parent))
+    assert follower_command() == ["follower"]
+
+
+def test_the_command_to_read_back_is_relative_under_the_current_folder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As `make demo` runs it: from the checkout, with the venv under .venvs/.
+    monkeypatch.chdir(CONSOLE_SCRIPT.parent.parent)
+    monkeypatch.setenv("PATH", PATH_WITHOUT_THE_VENV["PATH"])
+    assert follower_command() == [f"{CONSOLE_SCRIPT.parent.name}/{CONSOLE_SCRIPT.name}"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

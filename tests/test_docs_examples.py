@@ -260,6 +260,24 @@ async def test_an_anyio_example_runs(
         await main()
 
 
+def written_prefix(block: Block) -> str:
+    """The prefix a step example stores under: its ``LiveTurns(endpoint, store, PREFIX, ...)``."""
+    for node in ast.walk(ast.parse(block.code)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "LiveTurns":
+            prefix = node.args[2] if len(node.args) > 2 else None
+            if isinstance(prefix, ast.Constant) and isinstance(prefix.value, str):
+                return prefix.value
+    raise AssertionError(f"{block.name}: no LiveTurns(endpoint, store, 'PREFIX', ...)")
+
+
+@pytest.mark.parametrize("page", sorted({block.page for block in of_kind("agent-step")}), ids=str)
+def test_a_pages_step_examples_each_store_under_a_prefix_of_their_own(page: Path) -> None:
+    # A reader runs a page's examples one after another in one folder: a second example that
+    # wrote the first one's turns would be refused (TurnExistsError).
+    prefixes = [written_prefix(block) for block in of_kind("agent-step") if block.page == page]
+    assert len(set(prefixes)) == len(prefixes), prefixes
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("block", of_kind("agent-step"), ids=ids)
 async def test_a_step_runs_against_the_reference_agent_and_reads_back(
@@ -275,11 +293,12 @@ async def test_a_step_runs_against_the_reference_agent_and_reads_back(
             tg.cancel_scope.cancel()
         # What the step stored reads back to its end: its last turn is marked.
         store = FilesystemStore("trajectories")
+        prefix = written_prefix(block)
         events = [
             item
             async for item in read_live_trajectory(
                 store,
-                "steps/step-1/",
+                prefix,
                 "turn-1",
                 poll_interval_seconds=0.05,
                 idle_timeout_seconds=10,
@@ -287,7 +306,7 @@ async def test_a_step_runs_against_the_reference_agent_and_reads_back(
             if isinstance(item, StoredEvent)
         ]
         assert len(events) == 5 * agent.statistics().tasks
-        tail_command = ["tail", "trajectories", "steps/step-1/", "turn-1", "--poll", "0.05"]
+        tail_command = ["tail", "trajectories", prefix, "turn-1", "--poll", "0.05"]
         tail = await anyio.run_process(
             [sys.executable, "-m", "follower", *tail_command, "--idle-timeout", "10"], check=False
         )

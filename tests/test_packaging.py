@@ -84,3 +84,15 @@ def test_every_tools_venv_call_names_an_extra_or_a_group() -> None:
     assert calls, "no tools/venv call found"
     for names in calls:
         assert set(names.split(",")) <= known, f"tools/venv ... {names}: not all are known"
+
+
+def test_no_hint_in_the_package_names_an_extra_of_the_unpublished_package() -> None:
+    # `pip install 'follower[X]'` finds nothing while follower is not on PyPI: a hint for a
+    # missing extra names the form that works, from a checkout (follower/_extras.py).
+    hints = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "follower").rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"follower\[\w", line)
+    ]
+    assert hints == []

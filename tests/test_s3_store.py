@@ -210,7 +210,9 @@ def test_importing_follower_loads_no_boto3_and_follower_s3_says_what_it_needs() 
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
     )
-    assert done.stdout.strip() == "follower.s3 needs boto3: pip install 'follower[s3]'"
+    assert done.stdout.strip() == (
+        "follower.s3 needs boto3: pip install '.[s3]' in a checkout of follower"
+    )
 
 
 def test_s3store_is_the_public_name_of_its_class() -> None:

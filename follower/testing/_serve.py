@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, cast
 import anyio
 import anyio.abc
 
+from .._extras import install_hint
+
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIFramework
 
@@ -61,7 +63,7 @@ async def serve_agent(
         import hypercorn  # noqa: F401
     except ModuleNotFoundError as exc:
         raise ModuleNotFoundError(
-            "serve_agent needs hypercorn: install follower[testing]", name=exc.name
+            f"serve_agent needs hypercorn: {install_hint('testing')}", name=exc.name
         ) from exc
     upstream = upstream_socket()
     try:
