@@ -15,7 +15,7 @@ import attrs
 from ._errors import CorruptObjectError, FollowerError, ReaderIdleError, add_context
 from ._layout import END, NEXT, EndMark, NextLink, TurnKeys, chunk_positions, decode_events
 from ._options import positive_seconds
-from ._stores import list_keys
+from ._stores import folder_version, list_keys
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -150,6 +150,19 @@ class _IdleClock:
 # Chunk names sort by position while positions fit their 8 digits; past that
 # ("100000000-..." < "99999000-..."), every poll lists the whole folder.
 _ORDERED_POSITIONS = 10**8
+# A store's folder version is believed for this long at most: a filesystem whose folders'
+# time stamps never move (some network or FUSE mounts) then delays a chunk by this, not for ever.
+_RELIST_SECONDS = 30.0
+
+
+@attrs.frozen
+class _Listing:
+    """A listing after ``start_after``, and the folder's version taken just before it."""
+
+    start_after: str
+    version: object
+    names: list[str]
+    at: float  # the reader's clock when it was made
 
 
 class _TurnReader:
@@ -157,7 +170,8 @@ class _TurnReader:
 
     A poll lists only the keys after the last chunk read (the store skips the
     rest: S3 natively, the others as cheaply as they can), and the marks, which
-    sort after every chunk. A chunk that sorts before the last one read can only
+    sort after every chunk; a store that can tell its folder has not changed
+    (``folder_version``) spares it even that. A chunk that sorts before the last one read can only
     be a late put of an earlier attempt; before a gap is waited on, or the end
     believed, one whole listing reads and checks such chunks too.
     """
@@ -177,6 +191,7 @@ class _TurnReader:
         self._read: dict[str, tuple[int, int]] = {}  # chunk name -> (after, next), read
         self._last_read: str | None = None  # the greatest chunk name read
         self._gap = False  # the last pass stopped at a chunk after the cursor
+        self._listing: _Listing | None = None  # the last listing after a chunk, if versioned
 
     async def read_new(self) -> AsyncIterator[StoredEvent]:
         """Yield the events stored since the last call, and note end and link marks."""
@@ -210,6 +225,26 @@ class _TurnReader:
         return self.end_next is not None and (self.cursor < self.end_next or NEXT in names)
 
     async def _list(self, start_after: str | None) -> list[str]:
+        if start_after is None:
+            return await self._list_keys(None)
+        # A store that can tell its folder unchanged (FilesystemStore) spares an idle
+        # poll the listing, which on a filesystem reads every name of a long turn.
+        version = await folder_version(self.store, self.prefix)
+        now = anyio.current_time()
+        last = self._listing
+        if (
+            version is not None
+            and last is not None
+            and last.start_after == start_after
+            and last.version == version
+            and now - last.at < _RELIST_SECONDS
+        ):
+            return last.names
+        names = await self._list_keys(start_after)
+        self._listing = None if version is None else _Listing(start_after, version, names, now)
+        return names
+
+    async def _list_keys(self, start_after: str | None) -> list[str]:
         return self.keys.names(await list_keys(self.store, self.prefix, start_after=start_after))
 
     async def _read_chunks(self, names: list[str]) -> AsyncIterator[StoredEvent]:
