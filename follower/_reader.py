@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from ._wire import TrajectoryState
 
 DEFAULT_READER_POLL_SECONDS = 1.0
+# How long a store's listing may lag behind the puts it should show (an eventually
+# consistent one lists an object late, and unevenly): past it, an end mark counting
+# events that no listing shows is corrupt.
+DEFAULT_LISTING_LAG_SECONDS = 5.0
 
 
 @attrs.frozen
@@ -59,6 +63,7 @@ def read_live_trajectory(
     *,
     poll_interval_seconds: float = ...,
     idle_timeout_seconds: float | None = ...,
+    listing_lag_seconds: float = ...,
     turn_ends: Literal[False] = ...,
 ) -> AsyncIterator[StoredEvent]: ...
 
@@ -71,6 +76,7 @@ def read_live_trajectory(
     *,
     poll_interval_seconds: float = ...,
     idle_timeout_seconds: float | None = ...,
+    listing_lag_seconds: float = ...,
     turn_ends: bool,
 ) -> AsyncIterator[StoredEvent | TurnEnd]: ...
 
@@ -82,6 +88,7 @@ async def read_live_trajectory(
     *,
     poll_interval_seconds: float = DEFAULT_READER_POLL_SECONDS,
     idle_timeout_seconds: float | None = None,
+    listing_lag_seconds: float = DEFAULT_LISTING_LAG_SECONDS,
     turn_ends: bool = False,
 ) -> AsyncIterator[StoredEvent | TurnEnd]:
     """Yield a step's stored events from ``turn_id`` on, until its last turn ends.
@@ -90,10 +97,13 @@ async def read_live_trajectory(
     state and whether the turn is stored complete. Raises
     :class:`~follower.ReaderIdleError` when no new object appears for
     ``idle_timeout_seconds``, and :class:`~follower.CorruptObjectError` when the
-    stored objects contradict each other.
+    stored objects contradict each other. ``listing_lag_seconds`` is how late the
+    store's listings may show an object after its put (an end mark listed before
+    a chunk below it is waited on that long, on the reader's clock).
     """
     keys = TurnKeys(prefix_key, turn_id)
     positive_seconds("poll_interval_seconds", poll_interval_seconds)
+    positive_seconds("listing_lag_seconds", listing_lag_seconds)
     if idle_timeout_seconds is not None:
         positive_seconds("idle_timeout_seconds", idle_timeout_seconds)
     idle = _IdleClock(idle_timeout_seconds)
@@ -111,7 +121,7 @@ async def read_live_trajectory(
                 key=previous.next,
             )
         seen.add(current)
-        turn = _TurnReader(store, turn_keys)
+        turn = _TurnReader(store, turn_keys, listing_lag_seconds)
         try:
             while not turn.done:
                 async for event in turn.read_new():
@@ -176,8 +186,9 @@ class _TurnReader:
     believed, one whole listing reads and checks such chunks too.
     """
 
-    def __init__(self, store: ObjectStore, keys: TurnKeys) -> None:
+    def __init__(self, store: ObjectStore, keys: TurnKeys, listing_lag_seconds: float) -> None:
         self.store = store
+        self.listing_lag_seconds = listing_lag_seconds
         self.keys = keys
         self.prefix = keys.live
         self.turn_id = keys.turn_id
@@ -187,7 +198,7 @@ class _TurnReader:
         self.end: EndMark | None = None
         self.done = False
         self.progressed = False
-        self._short_listings = 0
+        self._short_since: float | None = None  # when a listing first fell short of the end
         self._read: dict[str, tuple[int, int]] = {}  # chunk name -> (after, next), read
         self._last_read: str | None = None  # the greatest chunk name read
         self._gap = False  # the last pass stopped at a chunk after the cursor
@@ -278,13 +289,17 @@ class _TurnReader:
         # bound may continue the chain past it, and those events are read too.
         assert self.end_next is not None
         if self.cursor < self.end_next:
-            # end.json is written after every chunk below it: one listing may
-            # predate a chunk, two in a row may not.
-            self._short_listings += 1
-            if self._short_listings > 1:
+            # end.json is written after every chunk below it, so they are all stored.
+            # A listing may still show it first (S3's is strongly consistent; other
+            # stores' lag, unevenly): short for longer than a listing may lag is corrupt.
+            now = anyio.current_time()
+            if self._short_since is None:
+                self._short_since = now
+            elif now - self._short_since >= self.listing_lag_seconds:
                 raise CorruptObjectError(
                     f"{self.prefix + END!r} says {self.end_next} events, "
-                    f"but only {self.cursor} are stored",
+                    f"but only {self.cursor} are stored (listed for "
+                    f"{self.listing_lag_seconds:g} s after the end mark was)",
                     key=self.prefix + END,
                 )
 
