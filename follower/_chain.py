@@ -2,11 +2,19 @@
 
 Sync values with no I/O: the step (``_step``) owns one :class:`TurnChain`, each
 turn's block (``_turns``) asks it who came before and reports a :class:`TurnProgress`.
+The chain also keeps each turn's record for the step's ``progress()`` and
+``statistics()``: the block while it is open, its final values once it closed,
+so a step of 10,000 turns does not hold 10,000 task groups, sinks and events.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Protocol
+
 import attrs
+
+if TYPE_CHECKING:
+    from ._statistics import LiveTurnStatistics
 
 
 @attrs.frozen
@@ -38,6 +46,8 @@ class TurnChain:
         self.handing_off = False
         self.handed_off: set[str] = set()
         self.taken: set[str] = set()
+        self._turns: list[TurnRecord] = []  # in the order they were opened
+        self._open: dict[int, int] = {}  # id of an open turn's record -> its place in _turns
 
     @property
     def ends_for_good(self) -> bool:
@@ -52,3 +62,49 @@ class TurnChain:
         """Record that ``turn_id`` follows a task; the turn it links from, if any."""
         previous, self.last_followed = self.last_followed, turn_id
         return previous if previous != turn_id else None
+
+    # --- each turn's record, for the step's progress() and statistics() ---------------
+
+    def opened(self, turn: TurnRecord) -> None:
+        """Keep ``turn`` (an open block) as the record of the next turn, until it closes."""
+        self._open[id(turn)] = len(self._turns)
+        self._turns.append(turn)
+
+    def closed(self, turn: TurnRecord) -> None:
+        """Keep only ``turn``'s final values: nothing of it changes after its block closed."""
+        place = self._open.pop(id(turn), None)
+        if place is not None:
+            self._turns[place] = EndedTurn(turn.turn_progress(), turn.statistics())
+
+    @property
+    def turns(self) -> tuple[TurnRecord, ...]:
+        return tuple(self._turns)
+
+
+class TurnRecord(Protocol):
+    """What the step reads of a turn: an open block, or an :class:`EndedTurn`."""
+
+    @property
+    def running(self) -> bool: ...
+
+    def turn_progress(self) -> TurnProgress: ...
+
+    def statistics(self, now: float | None = None) -> LiveTurnStatistics: ...
+
+
+@attrs.frozen
+class EndedTurn:
+    """A closed turn's final values: two frozen snapshots, and nothing that holds its block."""
+
+    progress: TurnProgress
+    final: LiveTurnStatistics
+
+    @property
+    def running(self) -> bool:
+        return False
+
+    def turn_progress(self) -> TurnProgress:
+        return self.progress
+
+    def statistics(self, now: float | None = None) -> LiveTurnStatistics:
+        return self.final

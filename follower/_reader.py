@@ -15,7 +15,7 @@ import attrs
 from ._errors import CorruptObjectError, FollowerError, ReaderIdleError, add_context
 from ._layout import END, NEXT, EndMark, NextLink, TurnKeys, chunk_positions, decode_events
 from ._options import positive_seconds
-from ._stores import list_keys
+from ._stores import folder_version, list_keys
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from ._wire import TrajectoryState
 
 DEFAULT_READER_POLL_SECONDS = 1.0
+# How long a store's listing may lag behind the puts it should show (an eventually
+# consistent one lists an object late, and unevenly): past it, an end mark counting
+# events that no listing shows is corrupt.
+DEFAULT_LISTING_LAG_SECONDS = 5.0
 
 
 @attrs.frozen
@@ -59,6 +63,7 @@ def read_live_trajectory(
     *,
     poll_interval_seconds: float = ...,
     idle_timeout_seconds: float | None = ...,
+    listing_lag_seconds: float = ...,
     turn_ends: Literal[False] = ...,
 ) -> AsyncIterator[StoredEvent]: ...
 
@@ -71,6 +76,7 @@ def read_live_trajectory(
     *,
     poll_interval_seconds: float = ...,
     idle_timeout_seconds: float | None = ...,
+    listing_lag_seconds: float = ...,
     turn_ends: bool,
 ) -> AsyncIterator[StoredEvent | TurnEnd]: ...
 
@@ -82,6 +88,7 @@ async def read_live_trajectory(
     *,
     poll_interval_seconds: float = DEFAULT_READER_POLL_SECONDS,
     idle_timeout_seconds: float | None = None,
+    listing_lag_seconds: float = DEFAULT_LISTING_LAG_SECONDS,
     turn_ends: bool = False,
 ) -> AsyncIterator[StoredEvent | TurnEnd]:
     """Yield a step's stored events from ``turn_id`` on, until its last turn ends.
@@ -90,10 +97,13 @@ async def read_live_trajectory(
     state and whether the turn is stored complete. Raises
     :class:`~follower.ReaderIdleError` when no new object appears for
     ``idle_timeout_seconds``, and :class:`~follower.CorruptObjectError` when the
-    stored objects contradict each other.
+    stored objects contradict each other. ``listing_lag_seconds`` is how late the
+    store's listings may show an object after its put (an end mark listed before
+    a chunk below it is waited on that long, on the reader's clock).
     """
     keys = TurnKeys(prefix_key, turn_id)
     positive_seconds("poll_interval_seconds", poll_interval_seconds)
+    positive_seconds("listing_lag_seconds", listing_lag_seconds)
     if idle_timeout_seconds is not None:
         positive_seconds("idle_timeout_seconds", idle_timeout_seconds)
     idle = _IdleClock(idle_timeout_seconds)
@@ -111,7 +121,7 @@ async def read_live_trajectory(
                 key=previous.next,
             )
         seen.add(current)
-        turn = _TurnReader(store, turn_keys)
+        turn = _TurnReader(store, turn_keys, listing_lag_seconds)
         try:
             while not turn.done:
                 async for event in turn.read_new():
@@ -150,6 +160,19 @@ class _IdleClock:
 # Chunk names sort by position while positions fit their 8 digits; past that
 # ("100000000-..." < "99999000-..."), every poll lists the whole folder.
 _ORDERED_POSITIONS = 10**8
+# A store's folder version is believed for this long at most: a filesystem whose folders'
+# time stamps never move (some network or FUSE mounts) then delays a chunk by this, not for ever.
+_RELIST_SECONDS = 30.0
+
+
+@attrs.frozen
+class _Listing:
+    """A listing after ``start_after``, and the folder's version taken just before it."""
+
+    start_after: str
+    version: object
+    names: list[str]
+    at: float  # the reader's clock when it was made
 
 
 class _TurnReader:
@@ -157,13 +180,15 @@ class _TurnReader:
 
     A poll lists only the keys after the last chunk read (the store skips the
     rest: S3 natively, the others as cheaply as they can), and the marks, which
-    sort after every chunk. A chunk that sorts before the last one read can only
+    sort after every chunk; a store that can tell its folder has not changed
+    (``folder_version``) spares it even that. A chunk that sorts before the last one read can only
     be a late put of an earlier attempt; before a gap is waited on, or the end
     believed, one whole listing reads and checks such chunks too.
     """
 
-    def __init__(self, store: ObjectStore, keys: TurnKeys) -> None:
+    def __init__(self, store: ObjectStore, keys: TurnKeys, listing_lag_seconds: float) -> None:
         self.store = store
+        self.listing_lag_seconds = listing_lag_seconds
         self.keys = keys
         self.prefix = keys.live
         self.turn_id = keys.turn_id
@@ -173,10 +198,11 @@ class _TurnReader:
         self.end: EndMark | None = None
         self.done = False
         self.progressed = False
-        self._short_listings = 0
+        self._short_since: float | None = None  # when a listing first fell short of the end
         self._read: dict[str, tuple[int, int]] = {}  # chunk name -> (after, next), read
         self._last_read: str | None = None  # the greatest chunk name read
         self._gap = False  # the last pass stopped at a chunk after the cursor
+        self._listing: _Listing | None = None  # the last listing after a chunk, if versioned
 
     async def read_new(self) -> AsyncIterator[StoredEvent]:
         """Yield the events stored since the last call, and note end and link marks."""
@@ -210,6 +236,26 @@ class _TurnReader:
         return self.end_next is not None and (self.cursor < self.end_next or NEXT in names)
 
     async def _list(self, start_after: str | None) -> list[str]:
+        if start_after is None:
+            return await self._list_keys(None)
+        # A store that can tell its folder unchanged (FilesystemStore) spares an idle
+        # poll the listing, which on a filesystem reads every name of a long turn.
+        version = await folder_version(self.store, self.prefix)
+        now = anyio.current_time()
+        last = self._listing
+        if (
+            version is not None
+            and last is not None
+            and last.start_after == start_after
+            and last.version == version
+            and now - last.at < _RELIST_SECONDS
+        ):
+            return last.names
+        names = await self._list_keys(start_after)
+        self._listing = None if version is None else _Listing(start_after, version, names, now)
+        return names
+
+    async def _list_keys(self, start_after: str | None) -> list[str]:
         return self.keys.names(await list_keys(self.store, self.prefix, start_after=start_after))
 
     async def _read_chunks(self, names: list[str]) -> AsyncIterator[StoredEvent]:
@@ -243,13 +289,17 @@ class _TurnReader:
         # bound may continue the chain past it, and those events are read too.
         assert self.end_next is not None
         if self.cursor < self.end_next:
-            # end.json is written after every chunk below it: one listing may
-            # predate a chunk, two in a row may not.
-            self._short_listings += 1
-            if self._short_listings > 1:
+            # end.json is written after every chunk below it, so they are all stored.
+            # A listing may still show it first (S3's is strongly consistent; other
+            # stores' lag, unevenly): short for longer than a listing may lag is corrupt.
+            now = anyio.current_time()
+            if self._short_since is None:
+                self._short_since = now
+            elif now - self._short_since >= self.listing_lag_seconds:
                 raise CorruptObjectError(
                     f"{self.prefix + END!r} says {self.end_next} events, "
-                    f"but only {self.cursor} are stored",
+                    f"but only {self.cursor} are stored (listed for "
+                    f"{self.listing_lag_seconds:g} s after the end mark was)",
                     key=self.prefix + END,
                 )
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import httpx
 
     from ._stores import ObjectStore
-    from ._turns import LiveTurn, _TurnBlock
+    from ._turns import LiveTurn
 
 
 logger = logging.getLogger("follower.step")
@@ -153,7 +153,6 @@ class LiveTurns:
         )
         self._chain = TurnChain()
         self._turn_ids: set[str] = set()
-        self._blocks: list[_TurnBlock] = []
         self._ended = False
         self._entered = False
 
@@ -179,12 +178,12 @@ class LiveTurns:
             resume=self.resume,
         )
         self._turn_ids.add(turn_id)
-        self._blocks.append(block)
+        self._chain.opened(block)
         return block
 
     def progress(self) -> tuple[TurnProgress, ...]:
         """Where each turn of the step stands now, in the order they were opened; read-only."""
-        return tuple(block.turn_progress() for block in self._blocks)
+        return tuple(turn.turn_progress() for turn in self._chain.turns)
 
     def statistics(self) -> LiveTurnsStatistics:
         """What the step's turns have done so far: each turn's snapshot, and their sums.
@@ -192,10 +191,10 @@ class LiveTurns:
         Cheap and without I/O (an operator may poll it for thousands of
         followers); frozen, as trio's ``statistics()`` are.
         """
-        blocks = self._blocks
+        turns = self._chain.turns
         # One clock reading for every turn, and none when no follower runs.
-        now = anyio.current_time() if any(b.progress.running for b in blocks) else None
-        return LiveTurnsStatistics.of_turns([b.statistics(now) for b in blocks])
+        now = anyio.current_time() if any(turn.running for turn in turns) else None
+        return LiveTurnsStatistics.of_turns([turn.statistics(now) for turn in turns])
 
     def hand_off(self) -> None:
         """Leave this step's turns for a later attempt: no end marks, no null link.

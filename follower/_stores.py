@@ -17,6 +17,7 @@ import inspect
 import os
 import re
 import secrets
+import time
 import unicodedata
 import weakref
 from pathlib import Path
@@ -318,6 +319,20 @@ class FilesystemStore:
         _scan_folder(str(start), folder + "/" if folder else "", prefix, start_after, keys)
         return sorted(keys)
 
+    async def folder_version(self, folder: str) -> tuple[int, ...] | None:
+        """A value that changes whenever an object directly in ``folder`` is added or removed.
+
+        The optional part of the store protocol (:func:`folder_version`): a reader
+        that gets the same value twice skips the listing between, which on a
+        filesystem reads every name of the folder. ``None`` when it cannot vouch
+        for the folder now (see :func:`_folder_stat_version`).
+        """
+        check_list_prefix(folder)
+        if folder and not folder.endswith("/"):
+            return None
+        path = self._root.joinpath(*folder.rstrip("/").split("/")) if folder else self._root
+        return await anyio.to_thread.run_sync(_folder_stat_version, self._root, path)
+
 
 def _spelt_like(name: str, names: list[str]) -> str:
     """The one of ``names`` a case- or normalisation-blind filesystem takes for ``name``."""
@@ -416,3 +431,50 @@ def _fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+# --- the optional folder version (docs/protocol.md, "Listing") -------------------------
+
+
+async def folder_version(store: ObjectStore, folder: str) -> object | None:
+    """``store.folder_version(folder)`` if the store has one, else ``None`` (list it).
+
+    Optional, so stores written without it keep working: a value that changes
+    whenever an object directly in ``folder`` (a prefix ending in ``/``) is added or
+    removed, ``None`` when the store cannot tell now. Equal values from two calls
+    mean a listing of the folder's objects made after the first shows what the
+    second would.
+    """
+    method = getattr(store, "folder_version", None)
+    if method is None:
+        return None
+    version: object | None = await method(folder)
+    return version
+
+
+# A folder's time stamps tick at the filesystem's grain (a clock tick on Linux, 1 s on
+# ext3 or HFS+, 2 s on FAT): an entry added in the tick of the one before can leave
+# them as they were. A folder is vouched for once it has been still for longer than that.
+_STILL_NANOSECONDS = 3 * 10**9
+
+
+def _folder_stat_version(root: Path, path: Path) -> tuple[int, ...] | None:
+    """The folder's identity and time stamps, or ``None`` when they cannot be trusted now."""
+    now = time.time_ns()  # before the stat: an entry added after it moves the stamps past it
+    try:
+        if not path.is_dir() or not path.resolve().is_relative_to(root):
+            return None  # as a listing: nothing (or not the store's) there
+        # Opened, not stat'ed by name: a network filesystem checks an open folder with
+        # its server, as a listing does, where a stat may answer from its cache.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            found = os.fstat(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None  # the listing that follows says what is wrong, as it always did
+    # An entry added later stamps the folder's mtime with its own tick, past an old one.
+    # (The ctime in the value is the kernel's own: even a utime() back moves it.)
+    if now - found.st_mtime_ns < _STILL_NANOSECONDS:
+        return None  # changed lately (or stamped ahead of our clock): list it
+    return (found.st_dev, found.st_ino, found.st_mtime_ns, found.st_ctime_ns, found.st_size)

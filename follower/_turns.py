@@ -181,6 +181,11 @@ class _TurnBlock:
         self.handing_off = True
         self._chain.handed_off.add(self.turn_id)
 
+    @property
+    def running(self) -> bool:
+        """Whether the turn's follower runs now."""
+        return self.progress.running
+
     def turn_progress(self) -> TurnProgress:
         stored = self._stored
         if self._sink is not None:
@@ -385,6 +390,7 @@ class _TurnBlock:
             raise
         finally:
             await self._cleanup(outcome)
+            self._chain.closed(self)  # the step keeps its final values, not the block
 
     async def _exit_group(self, exc: BaseException | None) -> None:
         """Exit the task group; unwrap exactly the body's exception and cancels."""

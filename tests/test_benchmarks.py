@@ -212,3 +212,5 @@ def test_idle_poll_lists_only_what_is_new_with_start_after(tmp_path: Path) -> No
         # The whole folder at every poll without start_after; only the marks with it.
         assert row["whole_keys"] == 51
         assert row["start_after_keys"] == 1
+    # And with the folder's version, nothing at all where the store offers one.
+    assert [row["version_keys"] for row in rows] == [1, 0]

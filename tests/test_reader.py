@@ -26,6 +26,7 @@ from follower import (
     CorruptObjectError,
     FilesystemStore,
     FollowerError,
+    InvalidArgumentError,
     InvalidKeyError,
     LiveTrajectoryChunks,
     MemoryStore,
@@ -708,6 +709,83 @@ async def test_a_chunk_stored_after_the_end_mark_continues_the_chain() -> None:
         await store_turn(store, "t1", [["a"]])
         await put(store, live("t1", "00000001-00000002.jsonl"), b'"late"\n')
         assert await read_all(store, "t1") == expected("t1", ["a", "late"])
+
+
+# --- listings that lag -------------------------------------------------------------------
+
+
+class LaggingStore:
+    """A store whose listings show each object only some seconds after its put returned.
+
+    As an eventually consistent store's listing would: reads see an object at
+    once, listings unevenly late. ``lags`` maps an object's name (the part after
+    the turn's folder) to its lag on the reader's clock; other objects show at once.
+    """
+
+    def __init__(self, lags: dict[str, float]) -> None:
+        self.inner = MemoryStore()
+        self.lags = lags
+        self._shown_at: dict[str, float] = {}
+
+    async def put(self, key: str, body: bytes, *, content_type: str) -> None:
+        await self.inner.put(key, body, content_type=content_type)
+        lag = self.lags.get(key.rsplit("/", 1)[-1], 0.0)
+        self._shown_at.setdefault(key, anyio.current_time() + lag)
+
+    async def get(self, key: str) -> bytes:
+        return await self.inner.get(key)
+
+    async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
+        now = anyio.current_time()
+        keys = await self.inner.list(prefix, start_after=start_after)
+        return [key for key in keys if self._shown_at[key] <= now]
+
+
+def four_chunks_ended() -> list[tuple[str, bytes]]:
+    chunks = [(f"{n:08d}-{n + 1:08d}.jsonl", f'"{n}"\n'.encode()) for n in range(4)]
+    return [
+        *chunks,
+        ("end.json", b'{"state":"completed","next":4}'),
+        ("next.json", b'{"turn":null}'),
+    ]
+
+
+@pytest.mark.parametrize("poll", [POLL, 0.01])
+@pytest.mark.parametrize("late", ["00000001-00000002.jsonl", "00000003-00000004.jsonl"])
+async def test_a_good_turn_whose_chunk_is_listed_late_is_read_whole(poll: float, late: str) -> None:
+    # The end mark is listed 0.2 s before a chunk below it: not corrupt, only late.
+    with anyio.fail_after(10):
+        store = LaggingStore({late: 0.2})
+        for name, body in four_chunks_ended():
+            await put(store, live("t1", name), body)
+        got = await read_all(store, "t1", poll_interval_seconds=poll)  # type: ignore[arg-type]
+        assert got == expected("t1", ["0", "1", "2", "3"])
+
+
+async def test_a_chunk_listed_later_than_the_lag_allowed_is_corrupt() -> None:
+    with anyio.fail_after(30):
+        store = LaggingStore({"00000001-00000002.jsonl": 6.0})  # over the default 5 s
+        for name, body in four_chunks_ended():
+            await put(store, live("t1", name), body)
+        started = anyio.current_time()
+        got = await read_until_error(store, "t1", CorruptObjectError)  # type: ignore[arg-type]
+        assert got == expected("t1", ["0"])
+        assert 5.0 <= anyio.current_time() - started <= 5.0 + POLL + 0.01
+
+
+async def test_a_longer_listing_lag_can_be_allowed() -> None:
+    with anyio.fail_after(30):
+        store = LaggingStore({"00000001-00000002.jsonl": 6.0})
+        for name, body in four_chunks_ended():
+            await put(store, live("t1", name), body)
+        got = await read_all(store, "t1", listing_lag_seconds=10.0)  # type: ignore[arg-type]
+        assert got == expected("t1", ["0", "1", "2", "3"])
+
+
+@pytest.mark.parametrize("lag", [0.0, -1.0, math.nan, math.inf])
+async def test_a_listing_lag_that_is_not_a_positive_time_is_refused(lag: float) -> None:
+    with pytest.raises(InvalidArgumentError):
+        await read_all(MemoryStore(), "t1", listing_lag_seconds=lag)
 
 
 @pytest.mark.parametrize(
