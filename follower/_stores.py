@@ -5,8 +5,10 @@ bytes is done (an idempotent retry), one that finds other bytes raises
 :class:`~follower.ObjectConflictError` and overwrites nothing.
 
 Stores never spawn tasks: they are awaited by the follower that owns the write,
-so a cancelled step cancels its writes with it. A filesystem write cancelled in
-its worker thread is abandoned there: it may still land, later, on its own.
+so a cancelled step cancels its writes with it. A filesystem call cancelled in
+its worker thread is abandoned there: a write may still land, later, on its own.
+Those threads are daemon threads the library owns (``_threads``): an abandoned
+call never holds the process at exit.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ._errors import (
     StoreEscapeError,
 )
 from ._keys import check_key, check_list_prefix
+from ._threads import run_sync_abandoning
 
 if TYPE_CHECKING:
     import builtins
@@ -210,20 +213,19 @@ class FilesystemStore:
 
     async def put(self, key: str, body: bytes, *, content_type: str) -> None:
         path = self._path(key)
-        # Abandoned on cancel, so a stalled disk cannot hold the step past its bounds;
-        # the write may still land later, and the turn's records only count what returned.
+        # Abandoned on cancel, so a stalled disk cannot hold the step (or, on a daemon
+        # thread, the process) past its bounds; the write may still land later, and the
+        # turn's records only count what returned.
         # bytes() copies a bytearray (the thread must not see it change), never a bytes.
         try:
-            await anyio.to_thread.run_sync(
-                self._put_sync, path, key, bytes(body), abandon_on_cancel=True
-            )
+            await run_sync_abandoning(self._put_sync, path, key, bytes(body), limiter=_limiter())
         except OSError as exc:
             raise StoreError(f"cannot write {key!r} under {self._root}: {exc}", key=key) from exc
 
     async def get(self, key: str) -> bytes:
         path = self._path(key)
         try:
-            return await anyio.to_thread.run_sync(self._get_sync, path, key)
+            return await run_sync_abandoning(self._get_sync, path, key, limiter=_limiter())
         except OSError as exc:
             raise StoreError(f"cannot read {key!r} under {self._root}: {exc}", key=key) from exc
 
@@ -231,7 +233,9 @@ class FilesystemStore:
         check_list_prefix(prefix)
         check_start_after(start_after)
         try:
-            return await anyio.to_thread.run_sync(self._list_sync, prefix, start_after)
+            return await run_sync_abandoning(
+                self._list_sync, prefix, start_after, limiter=_limiter()
+            )
         except OSError as exc:
             raise StoreError(
                 f"cannot list {prefix!r} under {self._root}: {exc}", key=prefix
@@ -317,6 +321,11 @@ class FilesystemStore:
         keys: builtins.list[str] = []
         _scan_folder(str(start), folder + "/" if folder else "", prefix, start_after, keys)
         return sorted(keys)
+
+
+def _limiter() -> anyio.CapacityLimiter:
+    # anyio's default: a folder's calls count with the process's other worker threads.
+    return anyio.to_thread.current_default_thread_limiter()
 
 
 def _spelt_like(name: str, names: list[str]) -> str:
