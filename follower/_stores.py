@@ -13,12 +13,14 @@ call never holds the process at exit.
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import enum
 import inspect
 import os
 import re
 import secrets
+import threading
 import unicodedata
 import weakref
 from pathlib import Path
@@ -185,6 +187,48 @@ def _temp_name() -> str:
     return f".{secrets.token_hex(16)}.tmp"
 
 
+# The temporary files of this process's puts that have not finished. A put runs on a
+# daemon thread, which the interpreter stops where it is when it exits: what such a
+# put had written is removed then (never a half-written object: it had no link yet).
+# A process killed (SIGKILL, os._exit) leaves them: hidden from every listing, no
+# key names them, safe to delete when no put is running.
+_UNFINISHED: set[Path] = set()
+_UNFINISHED_LOCK = threading.Lock()
+_exiting = False
+# Removing them at exit is bounded too: a stalled disk must not hold the exit.
+EXIT_CLEANUP_SECONDS = 2.0
+
+
+def _start_temp(temp: Path, key: str) -> None:
+    with _UNFINISHED_LOCK:
+        if _exiting:
+            raise StoreError(f"cannot write {key!r}: the process is exiting", key=key)
+        _UNFINISHED.add(temp)
+
+
+def _finish_temp(temp: Path) -> None:
+    temp.unlink(missing_ok=True)
+    with _UNFINISHED_LOCK:
+        _UNFINISHED.discard(temp)
+
+
+def _unlink_all(temps: list[Path]) -> None:
+    for temp in temps:
+        temp.unlink(missing_ok=True)
+
+
+@atexit.register
+def _remove_unfinished_temps() -> None:
+    global _exiting  # one flag for the whole process, set once
+    with _UNFINISHED_LOCK:
+        _exiting = True
+        temps = list(_UNFINISHED)
+    if temps:
+        remover = threading.Thread(target=_unlink_all, args=(temps,), daemon=True)
+        remover.start()
+        remover.join(EXIT_CLEANUP_SECONDS)
+
+
 class FilesystemStore:
     """A write-once store in a folder: each key is a file under ``root``.
 
@@ -263,8 +307,12 @@ class FilesystemStore:
         self._inside_root(path.parent, key)  # before mkdir: create nothing outside the root
         path.parent.mkdir(parents=True, exist_ok=True)
         temp = path.parent / _temp_name()
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        _start_temp(temp, key)
         try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            if _exiting:  # created after the exit's cleanup looked: remove it here
+                os.close(fd)
+                raise StoreError(f"cannot write {key!r}: the process is exiting", key=key)
             with os.fdopen(fd, "wb") as file:
                 file.write(body)
                 file.flush()
@@ -276,7 +324,7 @@ class FilesystemStore:
                 check_same_bytes(key, self._get_sync(path, key), body)
                 return
         finally:
-            temp.unlink(missing_ok=True)
+            _finish_temp(temp)
         _fsync_dir(path.parent)
 
     def _check_taken_by_the_same_key(self, path: Path, key: str) -> None:

@@ -119,3 +119,44 @@ def test_a_hung_s3_endpoint_does_not_hold_the_process_after_the_step(backend: st
     with silent_endpoint() as url:
         printed = run_program(HUNG_S3, backend, url, env={**os.environ, **FAKE_AWS_ENVIRONMENT})
     assert printed.startswith("the block ended: "), printed
+
+
+# A put whose fsync never returns, abandoned: the process exits with its temp file written.
+EXIT_MID_PUT = """
+import functools, os, sys, threading
+import anyio, anyio.from_thread, anyio.lowlevel
+from follower import FilesystemStore
+
+NEVER = threading.Event()
+
+async def main():
+    token = anyio.lowlevel.current_token()
+    syncing = anyio.Event()
+
+    def stalled_fsync(fd):
+        anyio.from_thread.run_sync(syncing.set, token=token)
+        NEVER.wait()
+
+    os.fsync = stalled_fsync
+    store = FilesystemStore(sys.argv[2])
+    async with anyio.create_task_group() as tg:
+        put = functools.partial(store.put, "a/b.json", b"x" * 100_000, content_type="text/plain")
+        tg.start_soon(put)
+        await syncing.wait()
+        names = [name for _, _, files in os.walk(sys.argv[2]) for name in files]
+        print("written:", len(names), flush=True)
+        tg.cancel_scope.cancel()
+    print("the put was abandoned", flush=True)
+
+anyio.run(main, backend=sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_process_that_exits_mid_put_leaves_no_temporary_file(
+    backend: str, tmp_path: Path
+) -> None:
+    printed = run_program(EXIT_MID_PUT, backend, str(tmp_path))
+    # The temporary file was there while its fsync stalled; gone once the process was.
+    assert printed == "written: 1\nthe put was abandoned\n"
+    assert [path for path in tmp_path.rglob("*") if path.is_file()] == []
