@@ -15,14 +15,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import anyio.abc
+import anyio.to_thread
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from follower._cli import EXIT_BAD_STORE, EXIT_INTERRUPTED
+from follower.testing import ReferenceAgent, TaskScript
 
-from .support.cli import CLI_WITH_CTRL_C, MAX_LINE_BYTES, assert_no_traceback, run_cli
+from .support.cli import CLI_WITH_CTRL_C, MAX_LINE_BYTES, assert_no_traceback, run_cli, serving
 from .support.s3 import FAKE_AWS_ENVIRONMENT
-from .support.silent import silent_endpoint
+from .support.silent import s3_that_never_stores, silent_endpoint
 
 pytestmark = pytest.mark.anyio
 
@@ -32,6 +35,9 @@ STORE = "s3://bucket/steps/"
 COMMAND_SECONDS = 30.0
 # A Ctrl-C ends it at once; this is room for a busy machine, not a speed.
 INTERRUPT_SECONDS = 10.0
+# A turn's cleanup (10 s) and the step's end (10 s), with room: the writes a cancel
+# still tries, each bounded, before the process ends.
+CLEANUP_BOUNDS_SECONDS = 30.0
 WAITING = "follower: waiting for "
 
 
@@ -76,37 +82,84 @@ def test_a_silent_bucket_ends_the_command_with_one_line_and_exit_6(
     assert result.stdout == ""
 
 
-@pytest.mark.parametrize("presses", [1, 2], ids=["ctrl-c", "ctrl-c-twice"])
+PRESSES = pytest.mark.parametrize("presses", [1, 2], ids=["ctrl-c", "ctrl-c-twice"])
+
+
+@PRESSES
 async def test_ctrl_c_ends_a_command_waiting_for_a_silent_bucket(
     anyio_backend: str, presses: int, tmp_path: Path, silent_url: str
 ) -> None:
     args = command_args(anyio_backend, "tail", silent_url)
-    stderr = b""
     with anyio.fail_after(COMMAND_SECONDS):
-        async with await anyio.open_process(
-            [*CLI_WITH_CTRL_C, *args],
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **FAKE_AWS_ENVIRONMENT},
-        ) as process:
+        async with await open_command(args, tmp_path) as process:
             assert process.stderr is not None
             try:
                 lines = BufferedByteReceiveStream(process.stderr)
                 # Ordered on what it says: pressed once it says it waits for the store.
                 waiting = await lines.receive_until(b"\n", MAX_LINE_BYTES)
                 assert waiting.decode().startswith(WAITING), waiting
-                for _ in range(presses):
-                    process.send_signal(signal.SIGINT)
-                with anyio.fail_after(INTERRUPT_SECONDS):
-                    try:
-                        while True:
-                            stderr += await lines.receive()
-                    except (anyio.EndOfStream, anyio.ClosedResourceError):
-                        pass
-                    returncode = await process.wait()
+                returncode, stderr = await interrupt(process, lines, presses)
             except BaseException:
                 process.kill()
                 raise
     assert returncode == EXIT_INTERRUPTED, stderr
-    assert b"follower: interrupted" in stderr, stderr
-    assert b"Traceback" not in stderr, stderr
+    assert "follower: interrupted" in stderr, stderr
+    assert "Traceback" not in stderr, stderr
+
+
+async def test_ctrl_c_ends_a_follow_whose_store_put_hangs_within_the_cleanup_bounds(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    # A Ctrl-C is a cancel: the turn's end mark is still tried, each write within its
+    # bound (docs/design.md), and then the process ends; its hung put does not hold it.
+    agent = ReferenceAgent(script=TaskScript(events=50, interval_seconds=0.1))
+    with s3_that_never_stores() as s3, anyio.fail_after(2 * CLEANUP_BOUNDS_SECONDS):
+        async with serving(agent) as url:
+            follow = ["follow", url, "--message", "hi", "--poll", "0.05", "--store", STORE]
+            args = ["--backend", anyio_backend, *follow, "--endpoint-url", s3.url]
+            async with await open_command(args, tmp_path) as process:
+                assert process.stderr is not None
+                try:
+                    # Ordered on what the endpoint saw: pressed once a write hangs there.
+                    await anyio.to_thread.run_sync(s3.put_seen.wait, abandon_on_cancel=True)
+                    lines = BufferedByteReceiveStream(process.stderr)
+                    returncode, stderr = await interrupt(
+                        process, lines, 1, within=CLEANUP_BOUNDS_SECONDS
+                    )
+                except BaseException:
+                    process.kill()
+                    raise
+    assert returncode == EXIT_INTERRUPTED, stderr
+    assert "follower: interrupted" in stderr, stderr
+    assert "Traceback" not in stderr, stderr
+
+
+async def open_command(args: list[str], cwd: Path) -> anyio.abc.Process:
+    return await anyio.open_process(
+        [*CLI_WITH_CTRL_C, *args],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, **FAKE_AWS_ENVIRONMENT},
+    )
+
+
+async def interrupt(
+    process: anyio.abc.Process,
+    stderr: BufferedByteReceiveStream,
+    presses: int,
+    *,
+    within: float = INTERRUPT_SECONDS,
+) -> tuple[int, str]:
+    """Press Ctrl-C ``presses`` times; how the command exited, and what else it said."""
+    for _ in range(presses):
+        process.send_signal(signal.SIGINT)
+    said = b""
+    with anyio.fail_after(within):
+        try:
+            while True:
+                said += await stderr.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            pass
+        returncode = await process.wait()
+    return returncode, said.decode()
