@@ -166,7 +166,7 @@ async def _demo(args: argparse.Namespace) -> int:
 
     prefix = new_step_prefix()
     ok = await run_demo(
-        store,
+        store.store,  # the store itself: the demo says where it stored, by its kind
         turns=args.turns,
         events=args.events,
         interval_seconds=args.interval,

@@ -25,7 +25,7 @@ from ._cli_exits import (
     CommandError,
 )
 from ._cli_output import event_line, print_json
-from ._cli_store import open_store
+from ._cli_store import failed_write, open_store
 from ._errors import TaskNotFoundError, UsageError
 from ._layout import TurnKeys, default_prefix
 from ._reader import TurnEnd, read_live_trajectory
@@ -87,6 +87,11 @@ async def follow_command(args: argparse.Namespace) -> int:
         )
     print(f"follower: task {task.id} ended {task.state}", file=sys.stderr)
     if end.complete is False:
+        failed = failed_write(store)  # the store refused a write (a full disk): not the agent
+        if failed is not None:
+            raise CommandError(
+                f"store: task {task.id}'s trajectory was not stored whole: {failed}", EXIT_BAD_STORE
+            )
         raise CommandError(
             f"task {task.id}'s trajectory was not read to its end: {end.next} of its events "
             "stored, not all (the agent's pages stopped before its last; see the warnings "

@@ -19,7 +19,8 @@ Calls run in worker threads, at most ``max_threads`` waited on at once per store
 event loop, and are abandoned on cancel: the thread finishes its call on its own
 (bounded by the client's timeouts) and its slot is free at once, so a stalled
 endpoint can hold more threads than that for a while; the same-bytes rule makes a
-retry of an abandoned put safe.
+retry of an abandoned put safe. They are the library's daemon threads
+(``_threads``): an abandoned call never holds the process at exit.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
 
 import anyio
 import anyio.lowlevel
-import anyio.to_thread
 
 from ._errors import (
     InvalidArgumentError,
@@ -46,6 +46,7 @@ from ._errors import (
 from ._extras import install_hint
 from ._keys import MAX_KEY_BYTES, check_key, check_list_prefix, check_prefix
 from ._stores import check_same_bytes, check_start_after
+from ._threads import run_sync_abandoning
 
 try:
     import boto3.session
@@ -184,7 +185,7 @@ class S3Store:
         if limiter is None:
             limiter = anyio.CapacityLimiter(self._max_threads)
             self._limiter.set(limiter)
-        return await anyio.to_thread.run_sync(call, *args, abandon_on_cancel=True, limiter=limiter)
+        return await run_sync_abandoning(call, *args, limiter=limiter)
 
     def _client_sync(self) -> S3Client:
         with self._client_lock:

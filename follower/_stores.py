@@ -5,18 +5,22 @@ bytes is done (an idempotent retry), one that finds other bytes raises
 :class:`~follower.ObjectConflictError` and overwrites nothing.
 
 Stores never spawn tasks: they are awaited by the follower that owns the write,
-so a cancelled step cancels its writes with it. A filesystem write cancelled in
-its worker thread is abandoned there: it may still land, later, on its own.
+so a cancelled step cancels its writes with it. A filesystem call cancelled in
+its worker thread is abandoned there: a write may still land, later, on its own.
+Those threads are daemon threads the library owns (``_threads``): an abandoned
+call never holds the process at exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import enum
 import inspect
 import os
 import re
 import secrets
+import threading
 import time
 import unicodedata
 import weakref
@@ -36,6 +40,7 @@ from ._errors import (
     StoreEscapeError,
 )
 from ._keys import check_key, check_list_prefix
+from ._threads import run_sync_abandoning
 
 if TYPE_CHECKING:
     import builtins
@@ -183,6 +188,48 @@ def _temp_name() -> str:
     return f".{secrets.token_hex(16)}.tmp"
 
 
+# The temporary files of this process's puts that have not finished. A put runs on a
+# daemon thread, which the interpreter stops where it is when it exits: what such a
+# put had written is removed then (never a half-written object: it had no link yet).
+# A process killed (SIGKILL, os._exit) leaves them: hidden from every listing, no
+# key names them, safe to delete when no put is running.
+_UNFINISHED: set[Path] = set()
+_UNFINISHED_LOCK = threading.Lock()
+_exiting = False
+# Removing them at exit is bounded too: a stalled disk must not hold the exit.
+EXIT_CLEANUP_SECONDS = 2.0
+
+
+def _start_temp(temp: Path, key: str) -> None:
+    with _UNFINISHED_LOCK:
+        if _exiting:
+            raise StoreError(f"cannot write {key!r}: the process is exiting", key=key)
+        _UNFINISHED.add(temp)
+
+
+def _finish_temp(temp: Path) -> None:
+    temp.unlink(missing_ok=True)
+    with _UNFINISHED_LOCK:
+        _UNFINISHED.discard(temp)
+
+
+def _unlink_all(temps: list[Path]) -> None:
+    for temp in temps:
+        temp.unlink(missing_ok=True)
+
+
+@atexit.register
+def _remove_unfinished_temps() -> None:
+    global _exiting  # one flag for the whole process, set once
+    with _UNFINISHED_LOCK:
+        _exiting = True
+        temps = list(_UNFINISHED)
+    if temps:
+        remover = threading.Thread(target=_unlink_all, args=(temps,), daemon=True)
+        remover.start()
+        remover.join(EXIT_CLEANUP_SECONDS)
+
+
 class FilesystemStore:
     """A write-once store in a folder: each key is a file under ``root``.
 
@@ -211,20 +258,19 @@ class FilesystemStore:
 
     async def put(self, key: str, body: bytes, *, content_type: str) -> None:
         path = self._path(key)
-        # Abandoned on cancel, so a stalled disk cannot hold the step past its bounds;
-        # the write may still land later, and the turn's records only count what returned.
+        # Abandoned on cancel, so a stalled disk cannot hold the step (or, on a daemon
+        # thread, the process) past its bounds; the write may still land later, and the
+        # turn's records only count what returned.
         # bytes() copies a bytearray (the thread must not see it change), never a bytes.
         try:
-            await anyio.to_thread.run_sync(
-                self._put_sync, path, key, bytes(body), abandon_on_cancel=True
-            )
+            await run_sync_abandoning(self._put_sync, path, key, bytes(body), limiter=_limiter())
         except OSError as exc:
             raise StoreError(f"cannot write {key!r} under {self._root}: {exc}", key=key) from exc
 
     async def get(self, key: str) -> bytes:
         path = self._path(key)
         try:
-            return await anyio.to_thread.run_sync(self._get_sync, path, key)
+            return await run_sync_abandoning(self._get_sync, path, key, limiter=_limiter())
         except OSError as exc:
             raise StoreError(f"cannot read {key!r} under {self._root}: {exc}", key=key) from exc
 
@@ -232,7 +278,9 @@ class FilesystemStore:
         check_list_prefix(prefix)
         check_start_after(start_after)
         try:
-            return await anyio.to_thread.run_sync(self._list_sync, prefix, start_after)
+            return await run_sync_abandoning(
+                self._list_sync, prefix, start_after, limiter=_limiter()
+            )
         except OSError as exc:
             raise StoreError(
                 f"cannot list {prefix!r} under {self._root}: {exc}", key=prefix
@@ -260,8 +308,12 @@ class FilesystemStore:
         self._inside_root(path.parent, key)  # before mkdir: create nothing outside the root
         path.parent.mkdir(parents=True, exist_ok=True)
         temp = path.parent / _temp_name()
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        _start_temp(temp, key)
         try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            if _exiting:  # created after the exit's cleanup looked: remove it here
+                os.close(fd)
+                raise StoreError(f"cannot write {key!r}: the process is exiting", key=key)
             with os.fdopen(fd, "wb") as file:
                 file.write(body)
                 file.flush()
@@ -273,7 +325,7 @@ class FilesystemStore:
                 check_same_bytes(key, self._get_sync(path, key), body)
                 return
         finally:
-            temp.unlink(missing_ok=True)
+            _finish_temp(temp)
         _fsync_dir(path.parent)
 
     def _check_taken_by_the_same_key(self, path: Path, key: str) -> None:
@@ -331,7 +383,12 @@ class FilesystemStore:
         if folder and not folder.endswith("/"):
             return None
         path = self._root.joinpath(*folder.rstrip("/").split("/")) if folder else self._root
-        return await anyio.to_thread.run_sync(_folder_stat_version, self._root, path)
+        return await run_sync_abandoning(_folder_stat_version, self._root, path, limiter=_limiter())
+
+
+def _limiter() -> anyio.CapacityLimiter:
+    # anyio's default: a folder's calls count with the process's other worker threads.
+    return anyio.to_thread.current_default_thread_limiter()
 
 
 def _spelt_like(name: str, names: list[str]) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import anyio
 import anyio.from_thread
+import anyio.lowlevel
 import pytest
 
 import follower._endings
@@ -38,10 +39,11 @@ class StallingStore(FilesystemStore):
         self.released = released
         self.stalled = 0
         self.first_stall = anyio.Event()
+        self.token = anyio.lowlevel.current_token()
 
     def _put_sync(self, path: Path, key: str, body: bytes) -> None:
         self.stalled += 1
-        anyio.from_thread.run_sync(self.first_stall.set)
+        anyio.from_thread.run_sync(self.first_stall.set, token=self.token)
         self.released.wait(STALL_SECONDS)
         super()._put_sync(path, key, body)
 
