@@ -1,10 +1,12 @@
 """When to try again after a failure, and how a run of failures is logged.
 
-One policy for every retried call to an agent (a follower's reads, the A2A
-``tasks/get`` polls): a jittered backoff that honours ``Retry-After`` within a
-cap, and logs that never grow with the failures: one warning as a run of them
-starts, one summary as it ends, a debug line for each in between. What is logged
-of a failure names its status or its httpx class, never a header or a body.
+One policy for every retried call, to an agent (a follower's reads, the A2A
+``tasks/get`` polls) or to a store (a turn's puts, while the store is
+unavailable): a jittered backoff that honours ``Retry-After`` within a cap, and
+logs that grow with the outages, never with the calls: a warning as a run of
+failures starts, a summary as it ends, a debug line for each failure in
+between, and an agent that flaps is one run (:class:`FailureStreak`). What is
+logged of a failure names its status or its class, never a header or a body.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from ._errors import StoreUnavailableError
+
 if TYPE_CHECKING:
     import logging
-    from collections.abc import Mapping
+    from collections.abc import Awaitable, Callable, Mapping
 
 BACKOFF_STEP_SECONDS = 5.0
 BACKOFF_CAP_SECONDS = 60.0
@@ -37,18 +41,71 @@ def retry_delay(
     failures: int,
     fraction: float = 1.0,
     retry_after_seconds: float | None = None,
+    *,
+    step_seconds: float = BACKOFF_STEP_SECONDS,
 ) -> float:
     """How long to wait before the try after ``failures`` failures in a row.
 
     Full jitter over the backoff's growth: ``fraction`` (a draw in [0, 1]) places
     the wait between its floor, the poll interval (or the agent's
-    ``Retry-After``, if longer), and its ceiling, the floor + 5 s x failures;
-    both are capped at 60 s. A fraction of 1 is the ceiling, the backoff
-    without jitter.
+    ``Retry-After``, if longer), and its ceiling, the floor + ``step_seconds``
+    (5 s) x failures; both are capped at 60 s. A fraction of 1 is the ceiling,
+    the backoff without jitter.
     """
     floor = min(max(poll_interval_seconds, retry_after_seconds or 0.0), BACKOFF_CAP_SECONDS)
-    ceiling = min(floor + BACKOFF_STEP_SECONDS * failures, BACKOFF_CAP_SECONDS)
+    ceiling = min(floor + step_seconds * failures, BACKOFF_CAP_SECONDS)
     return floor + fraction * (ceiling - floor)
+
+
+# A store put that finds the store unavailable (StoreUnavailableError: throttled,
+# 5xx, unreachable, after the store's own retries) is tried again while the step
+# runs, with the same jittered backoff from a shorter floor and step: the next try
+# between 0.5 s and 0.5 s + 1 s x failures (capped at 60 s), so a burst of
+# throttling costs seconds, and a cleanup write's 5 s still hold a few tries. For at
+# most STORE_RETRY_SECONDS from the put's first failure; then the error is raised,
+# as before. The same bytes landing twice count as done (write-once), so a retried
+# put never doubles an object.
+STORE_RETRY_FLOOR_SECONDS = 0.5
+STORE_RETRY_STEP_SECONDS = 1.0
+STORE_RETRY_SECONDS = 120.0
+
+
+async def retry_while_unavailable(
+    put: Callable[[], Awaitable[None]], streak: FailureStreak
+) -> None:
+    """Run ``put`` until it is done, retrying it while the store is unavailable, within the bound.
+
+    ``streak`` logs the failures by the run, as an agent's are logged. Any other
+    error, the last :class:`~follower.StoreUnavailableError` past
+    :data:`STORE_RETRY_SECONDS`, and a cancel go out as they are.
+    """
+    first_failed_at: float | None = None
+    try:
+        while True:
+            try:
+                await put()
+            except StoreUnavailableError as exc:
+                now = anyio.current_time()
+                if first_failed_at is None:
+                    first_failed_at = now
+                streak.failed(exc)
+                delay = retry_delay(
+                    STORE_RETRY_FLOOR_SECONDS,
+                    streak.in_a_row,
+                    backoff_fraction(),
+                    step_seconds=STORE_RETRY_STEP_SECONDS,
+                )
+                if now + delay - first_failed_at > STORE_RETRY_SECONDS:
+                    streak.close(f"given up after {STORE_RETRY_SECONDS:.0f} s")
+                    raise
+                streak.retrying(delay)
+                await anyio.sleep(delay)
+            else:
+                streak.recovered()
+                return
+    finally:
+        if streak.in_a_row:  # cancelled or failed otherwise while retrying: say so
+            streak.close("the put was abandoned")
 
 
 def failure_reason(exc: BaseException) -> str:
