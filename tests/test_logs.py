@@ -1,8 +1,10 @@
 """What a follower logs: bounded however many reads fail, with its task and turn, no secrets.
 
 An agent that starts failing is one warning; its recovery, or the end of
-following, one summary; each failed read in between a debug line at most. On
-virtual time against in-memory agents, so 10,000 failed reads take a few seconds.
+following, one summary; each failed read in between a debug line at most. An agent
+that flaps is one run: one more warning as it fails again, one summary as it
+settles. On virtual time against in-memory agents, so 10,000 failed reads take a
+few seconds.
 """
 
 from __future__ import annotations
