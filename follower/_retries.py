@@ -139,10 +139,11 @@ class FailureStreak:
     ``what`` names the calls in the log lines ("reads of task t1 at URL");
     ``noun`` one of them ("read", "call"). A run starts at a failure: one
     warning. The first call that succeeds after it is one summary
-    ("recovered"). A failure within :data:`SETTLE_SECONDS` of the run's last
-    one is the same run going on (the calls flap): one more warning as it fails
-    again, then one summary when it settles (a success :data:`SETTLE_SECONDS`
-    after its last failure) or the calls end. Every other failure is a debug line.
+    ("recovered"). A failure before the calls have answered for
+    :data:`SETTLE_SECONDS` since the run's last is the same run going on (the
+    calls flap): one more warning as it fails again, then one summary when it
+    settles (answered for :data:`SETTLE_SECONDS`, none failing) or the calls
+    end. Every other failure is a debug line.
     ``in_a_row`` counts the failures since the last success: what backoff grows with.
     """
 
@@ -197,8 +198,8 @@ class FailureStreak:
             )
         elif announce is _Phase.FLAPPING and self._warned:
             self._logger.warning(
-                "%s are failing again (%s) within %.0f s of their last failure: one run, "
-                "summarised once none fails for %.0f s or they stop",
+                "%s are failing again (%s) before they had answered for %.0f s: one run, "
+                "summarised once they answer for %.0f s with none failing, or stop",
                 self._what,
                 self._last_reason,
                 SETTLE_SECONDS,
@@ -240,11 +241,15 @@ class FailureStreak:
         self._end_run()
 
     def _settled(self, now: float) -> bool:
-        """Whether a run answered since its last failure, and none failed for SETTLE_SECONDS."""
+        """Whether a run's calls have answered for SETTLE_SECONDS since its last failure.
+
+        From the first success after it, not from the failure: a wait of the
+        backoff's cap and one answer are not a quiet minute.
+        """
         return (
             self._phase is not _Phase.IDLE
             and not self.in_a_row
-            and now - self._last_failed_at >= SETTLE_SECONDS
+            and now - self._answered_at >= SETTLE_SECONDS
         )
 
     def _settle(self) -> None:

@@ -357,8 +357,8 @@ async def test_a_flap_ends_after_a_quiet_while_and_the_next_failure_is_a_new_run
     assert "recovered after 1 failed read in 1.0 s" in recovered
     assert "are failing again (HTTP 503)" in again
     # From the first failure (read 0, at 0 s) to the first answer after the last (read 3,
-    # at 3 s); settled by the first read at least `quiet` seconds after that failure.
-    assert f"settled after 2 failed reads of {4 + int(quiet) - 1} in 3.0 s" in settled
+    # at 3 s); settled by the first read `quiet` seconds after that answer (read 63).
+    assert f"settled after 2 failed reads of {4 + int(quiet)} in 3.0 s" in settled
     assert "are failing (HTTP 503)" in second
     assert "recovered after 1 failed read in 1.0 s" in recovered_again
 
@@ -386,3 +386,33 @@ async def test_a_flapping_tasks_get_logs_one_run(
     assert "are failing again" in messages[2]
     summary = f"stopped (the wait ended) after {calls // 2} failed calls of {calls + 1}"
     assert summary in messages[3]
+
+
+async def test_a_flap_then_a_long_outage_is_still_one_run(
+    monkeypatch: pytest.MonkeyPatch, logged: Callable[[int], list[logging.LogRecord]]
+) -> None:
+    # Fail, answer, fail (a flap), then down for 40 reads: the backoff reaches its cap,
+    # failures a minute apart. None answered between them, and the answer after the last
+    # one is no quiet minute: one run, summarised as following ends.
+    monkeypatch.setattr(_follow, "backoff_fraction", lambda: 1.0)
+    down = {0} | set(range(2, 42))
+
+    def answer(n: int, request: httpx.Request) -> httpx.Response:
+        if n in down:
+            return httpx.Response(503, text="busy")
+        return page(state="completed") if n == 43 else page()
+
+    with anyio.fail_after(10**6):
+        async with Reads(answer).client() as client:
+            await follow_trajectory(
+                ENDPOINT,
+                "t1",
+                RecordingSink(),
+                poll_interval_seconds=POLL,
+                stop=anyio.Event(),
+                client=client,
+            )
+    messages = [r.getMessage() for r in logged(logging.INFO)]
+    assert len(messages) == 4, messages
+    assert "are failing again" in messages[2]
+    assert "stopped (it ended) after 41 failed reads of 44" in messages[3]
