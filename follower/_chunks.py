@@ -16,6 +16,7 @@ from ._errors import (
 )
 from ._layout import JSON, JSONL, EndMark, MetaMark, NextLink, TaskMark, TurnKeys, encode_events
 from ._redact import scrub
+from ._retries import FailureStreak, retry_while_unavailable
 from ._stores import check_same_bytes
 from ._wire import LARGE_PAGE_BYTES
 
@@ -32,7 +33,10 @@ class LiveTrajectoryChunks:
 
     Call it with each :class:`TrajectoryBatch` in order; :meth:`end` writes the
     end mark. ``stored_next`` only moves once a chunk is written, so the end
-    mark never claims an event that is not stored. Given ``task_id`` (and the
+    mark never claims an event that is not stored. A put that finds the store
+    unavailable (:class:`~follower.StoreUnavailableError`) is retried with
+    backoff for up to two minutes before the call returns or raises, so chunks
+    land in order, each once. Given ``task_id`` (and the
     ``endpoint`` it is read from), the sink writes ``task.json`` before any other
     object of the turn; ``stored_next`` and ``format`` let it continue a turn
     already stored (a resume). ``chunks_stored``, ``events_stored`` and
@@ -67,6 +71,9 @@ class LiveTrajectoryChunks:
         self._log_extra = {"task_id": task_id, "turn_id": turn_id}
         self._context: ErrorContext = {"task_id": task_id, "turn_id": turn_id}
         self._format_warned = False
+        self._failing = FailureStreak(
+            logger, f"puts of turn {turn_id}", noun="put", extra=self._log_extra
+        )
 
     @property
     def prefix(self) -> str:
@@ -130,11 +137,11 @@ class LiveTrajectoryChunks:
             self._ended = True
 
     async def store_task(self) -> None:
-        """Write ``task.json`` if it is still to be written; one attempt only.
+        """Write ``task.json`` if it is still to be written; one put only (with its retries).
 
         Whose turn it is goes first: no reader or resume ever sees a chunk
-        without it. An attempt that failed is not made again by :meth:`end`,
-        so a stalled store cannot take the end mark's time too.
+        without it. A put that failed is not made again by :meth:`end`, so a
+        stalled store cannot take the end mark's time too.
         """
         task, self._task = self._task, None
         if task is not None:
@@ -161,8 +168,12 @@ class LiveTrajectoryChunks:
             )
 
     async def _put(self, key: str, body: bytes, content_type: str) -> None:
+        """One object, retried while the store is unavailable, before anything after it."""
         try:
-            await put_once(self._store, key, body, content_type=content_type)
+            await retry_while_unavailable(
+                lambda: put_once(self._store, key, body, content_type=content_type),
+                self._failing,
+            )
         except FollowerError as exc:
             add_context(exc, key=key, turn_id=self.turn_id, task_id=self._context.get("task_id"))
             raise
@@ -183,9 +194,19 @@ async def put_once(store: ObjectStore, key: str, body: bytes, *, content_type: s
 
 
 async def write_next_turn(store: ObjectStore, keys: TurnKeys, next_turn_id: str | None) -> None:
-    """Write a turn's ``next.json``: the turn after it, or null after the step's last."""
+    """Write a turn's ``next.json``: the turn after it, or null after the step's last.
+
+    Retried while the store is unavailable, as a turn's other puts are; a cleanup
+    write's bound ends the retries.
+    """
+    failing = FailureStreak(
+        logger, f"the link of turn {keys.turn_id}", noun="put", extra={"turn_id": keys.turn_id}
+    )
+    body = NextLink(next_turn_id).encode()
     try:
-        await put_once(store, keys.next, NextLink(next_turn_id).encode(), content_type=JSON)
+        await retry_while_unavailable(
+            lambda: put_once(store, keys.next, body, content_type=JSON), failing
+        )
     except FollowerError as exc:
         add_context(exc, turn_id=keys.turn_id, key=keys.next)
         raise

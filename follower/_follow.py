@@ -7,8 +7,9 @@ module, its only owner, returns.
 
 Logs never grow with the reads: an agent that starts failing is one warning, its
 recovery (or the end of following) one summary; each failed read in between is
-a debug line. Records carry ``task_id`` and ``turn_id`` as ``extra`` fields, and
-no line holds a header or a body (docs/security.md).
+a debug line, and an agent that flaps is one run (``_retries.FailureStreak``).
+Records carry ``task_id`` and ``turn_id`` as ``extra`` fields, and no line holds
+a header or a body (docs/security.md).
 """
 
 from __future__ import annotations

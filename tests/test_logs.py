@@ -1,8 +1,10 @@
 """What a follower logs: bounded however many reads fail, with its task and turn, no secrets.
 
 An agent that starts failing is one warning; its recovery, or the end of
-following, one summary; each failed read in between a debug line at most. On
-virtual time against in-memory agents, so 10,000 failed reads take a few seconds.
+following, one summary; each failed read in between a debug line at most. An agent
+that flaps is one run: one more warning as it fails again, one summary as it
+settles. On virtual time against in-memory agents, so 10,000 failed reads take a
+few seconds.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ import anyio
 import httpx
 import pytest
 
-from follower import A2AAgent, MemoryStore, _follow, follow_trajectory, following_live_trajectory
+from follower import (
+    A2AAgent,
+    MemoryStore,
+    _follow,
+    _retries,
+    follow_trajectory,
+    following_live_trajectory,
+)
 
 from .support.agents import ENDPOINT, RecordingSink
 from .support.virtual_time import virtual_time_backends
@@ -122,12 +131,13 @@ async def test_a_recovery_is_one_summary_with_its_counts_and_duration(
     monkeypatch: pytest.MonkeyPatch, logged: Callable[[int], list[logging.LogRecord]]
 ) -> None:
     monkeypatch.setattr(_follow, "backoff_fraction", lambda: 1.0)  # exact times
-    answers = {0: 503, 1: 502, 2: 503, 4: 503, 5: 503}
+    # Two outages a quiet minute apart (none fails for SETTLE_SECONDS between them).
+    answers = {0: 503, 1: 502, 2: 503, 64: 503, 65: 503}
 
     def flaky(n: int, request: httpx.Request) -> httpx.Response:
         if n in answers:
             return httpx.Response(answers[n], text="busy")
-        return page(state="completed") if n == 6 else page()
+        return page(state="completed") if n == 66 else page()
 
     with anyio.fail_after(1000):
         async with Reads(flaky).client() as client:
@@ -140,13 +150,15 @@ async def test_a_recovery_is_one_summary_with_its_counts_and_duration(
                 client=client,
             )
     warnings = logged(logging.WARNING)
-    assert len(warnings) == 4  # two outages: each a warning and a summary
+    assert len(warnings) == 4, [r.getMessage() for r in warnings]  # each a warning and a summary
     first, recovered, second, recovered_again = warnings
     assert "are failing (HTTP 503)" in first.getMessage()
     # Failed at 0, 6, 17 (backoffs 6, 11), read again 16 s later: 33 s of failing.
     assert "recovered after 3 failed reads in 33.0 s (last: HTTP 503)" in recovered.getMessage()
     assert (recovered.failed_reads, recovered.failing_seconds) == (3, pytest.approx(33.0))
-    assert "recovered after 2 failed reads" in recovered_again.getMessage()
+    # Failed at 94 s (the last failure before at 17 s) and 100 s, read again 11 s later.
+    assert "are failing (HTTP 503)" in second.getMessage()
+    assert "recovered after 2 failed reads in 17.0 s" in recovered_again.getMessage()
     assert recovered_again.failed_reads == 2
     assert second.levelno == logging.WARNING
 
@@ -266,3 +278,141 @@ async def test_a_failing_tasks_get_is_one_warning_and_one_summary(
     assert len(warnings) == 2, [r.getMessage() for r in warnings]
     assert "recovered after 50 failed calls" in warnings[1].getMessage()
     assert all(r.task_id == "t1" for r in warnings)
+
+
+# --- an agent that flaps ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("every", [2, 10], ids=["every-other-read", "one-in-ten"])
+async def test_a_flapping_agent_logs_one_run_however_many_reads_it_fails(
+    every: int, logged: Callable[[int], list[logging.LogRecord]]
+) -> None:
+    # A failure every `every` reads, never SETTLE_SECONDS apart: one run, not one a flap.
+    # (It logged a warning and a summary for each: 10,003 records for 10,003 reads.)
+    reads = 10_000
+    failed = len(range(0, reads, every))
+
+    def flapping(n: int, request: httpx.Request) -> httpx.Response:
+        if n == reads:
+            return page(state="completed")
+        if n % every == 0:
+            return httpx.Response(503, text="busy")
+        return page()
+
+    with anyio.fail_after(10**7):
+        async with Reads(flapping).client() as client:
+            outcome = await follow_trajectory(
+                ENDPOINT,
+                "t1",
+                RecordingSink(),
+                poll_interval_seconds=POLL,
+                stop=anyio.Event(),
+                client=client,
+            )
+    assert (outcome.reads, outcome.failed_reads, outcome.complete) == (reads + 1, failed, True)
+    loud = logged(logging.INFO)
+    messages = [r.getMessage() for r in loud]
+    # The run began; its first recovery; it failed again (one run, going on); its summary.
+    assert len(loud) == 4, messages
+    assert "are failing (HTTP 503)" in messages[0]
+    assert "recovered after 1 failed read " in messages[1]
+    assert "are failing again (HTTP 503)" in messages[2]
+    assert f"stopped (it ended) after {failed} failed reads of {reads + 1}" in messages[3]
+    summary = loud[3]
+    assert (summary.failed_reads, summary.answered_reads) == (failed, reads + 1 - failed)
+    assert summary.failing_seconds > 0
+    assert all(r.levelno == logging.WARNING for r in loud)
+
+
+async def test_a_flap_ends_after_a_quiet_while_and_the_next_failure_is_a_new_run(
+    monkeypatch: pytest.MonkeyPatch, logged: Callable[[int], list[logging.LogRecord]]
+) -> None:
+    monkeypatch.setattr(_follow, "backoff_fraction", lambda: 0.0)  # retried after POLL
+    quiet = _retries.SETTLE_SECONDS
+    # Reads a second apart: fail, answer, fail, answer (a flap), then answered for
+    # `quiet` seconds (the run settles), then one more outage of one read.
+    flap = {0, 2}
+    later = 4 + int(quiet) + 5
+    last = later + 3
+
+    def answer(n: int, request: httpx.Request) -> httpx.Response:
+        if n in flap or n == later:
+            return httpx.Response(503, text="busy")
+        return page(state="completed") if n == last else page()
+
+    with anyio.fail_after(10_000):
+        async with Reads(answer).client() as client:
+            await follow_trajectory(
+                ENDPOINT,
+                "t1",
+                RecordingSink(),
+                poll_interval_seconds=POLL,
+                stop=anyio.Event(),
+                client=client,
+            )
+    messages = [r.getMessage() for r in logged(logging.INFO)]
+    assert len(messages) == 6, messages
+    first, recovered, again, settled, second, recovered_again = messages
+    assert "are failing (HTTP 503)" in first
+    assert "recovered after 1 failed read in 1.0 s" in recovered
+    assert "are failing again (HTTP 503)" in again
+    # From the first failure (read 0, at 0 s) to the first answer after the last (read 3,
+    # at 3 s); settled by the first read `quiet` seconds after that answer (read 63).
+    assert f"settled after 2 failed reads of {4 + int(quiet)} in 3.0 s" in settled
+    assert "are failing (HTTP 503)" in second
+    assert "recovered after 1 failed read in 1.0 s" in recovered_again
+
+
+async def test_a_flapping_tasks_get_logs_one_run(
+    logged: Callable[[int], list[logging.LogRecord]],
+) -> None:
+    calls = 2_000
+
+    def rpc(n: int, request: httpx.Request) -> httpx.Response:
+        if n % 2 == 0 and n < calls:
+            return httpx.Response(503, text="busy")
+        state = "completed" if n >= calls else "working"
+        task = {"kind": "task", "id": "t1", "contextId": "c", "status": {"state": state}}
+        return httpx.Response(200, json={"jsonrpc": "2.0", "id": "x", "result": task})
+
+    with anyio.fail_after(10**7):
+        async with Reads(rpc).client() as client:
+            agent = A2AAgent("http://agent.test/a2a", {}, client)
+            task = await agent.wait_for_task("t1", deadline_seconds=10**6)
+    assert task.state == "completed"
+    messages = [r.getMessage() for r in logged(logging.INFO)]
+    assert len(messages) == 4, messages
+    assert "recovered after 1 failed call " in messages[1]
+    assert "are failing again" in messages[2]
+    summary = f"stopped (the wait ended) after {calls // 2} failed calls of {calls + 1}"
+    assert summary in messages[3]
+
+
+async def test_a_flap_then_a_long_outage_is_still_one_run(
+    monkeypatch: pytest.MonkeyPatch, logged: Callable[[int], list[logging.LogRecord]]
+) -> None:
+    # Fail, answer, fail (a flap), then down for 40 reads: the backoff reaches its cap,
+    # failures a minute apart. None answered between them, and the answer after the last
+    # one is no quiet minute: one run, summarised as following ends.
+    monkeypatch.setattr(_follow, "backoff_fraction", lambda: 1.0)
+    down = {0} | set(range(2, 42))
+
+    def answer(n: int, request: httpx.Request) -> httpx.Response:
+        if n in down:
+            return httpx.Response(503, text="busy")
+        return page(state="completed") if n == 43 else page()
+
+    with anyio.fail_after(10**6):
+        async with Reads(answer).client() as client:
+            await follow_trajectory(
+                ENDPOINT,
+                "t1",
+                RecordingSink(),
+                poll_interval_seconds=POLL,
+                stop=anyio.Event(),
+                client=client,
+            )
+    messages = [r.getMessage() for r in logged(logging.INFO)]
+    assert len(messages) == 4, messages
+    assert "are failing again" in messages[2]
+    assert "stopped (it ended) after 41 failed reads of 44" in messages[3]
