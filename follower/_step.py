@@ -15,7 +15,7 @@ import anyio.lowlevel
 
 from ._chain import TurnChain, TurnProgress
 from ._chunks import LiveTrajectoryChunks, write_next_turn
-from ._endings import CLEANUP_SECONDS, bounded_cleanup, is_stopped_from_outside
+from ._endings import bounded_cleanup, is_stopped_from_outside, run_cleanup
 from ._errors import TurnStateError
 from ._keys import check_prefix
 from ._layout import TurnKeys
@@ -218,17 +218,26 @@ class LiveTurns:
         last = self._chain.last_followed
         if last is None or last in self._chain.taken or not self._chain.ends_for_good:
             return
-        with anyio.move_on_after(CLEANUP_SECONDS, shield=True):
-            try:
-                keys = await self._end_of_stored_chain(TurnKeys(self.prefix_key, last), exc)
-            except Exception:
-                # A cleanup never replaces the step's outcome: log, and mark what we can.
-                logger.exception("turn %s: reading the stored chain past it failed", last)
-                keys = TurnKeys(self.prefix_key, last)
-            await bounded_cleanup(
-                f"turn {keys.turn_id}: marking it last",
-                lambda: write_next_turn(self.store, keys, None),
-            )
+        await run_cleanup(lambda: self._mark_last(last, exc), exc)
+
+    async def _mark_last(self, last: str, exc: BaseException | None) -> None:
+        extra = {"task_id": self._task_of(last), "turn_id": last}
+        try:
+            keys = await self._end_of_stored_chain(TurnKeys(self.prefix_key, last), exc)
+        except Exception:
+            # A cleanup never replaces the step's outcome: log, and mark what we can.
+            logger.exception("turn %s: reading the stored chain past it failed", last, extra=extra)
+            keys = TurnKeys(self.prefix_key, last)
+        if keys.turn_id != last:
+            extra = {"task_id": None, "turn_id": keys.turn_id}
+        await bounded_cleanup(
+            f"turn {keys.turn_id}: marking it last",
+            lambda: write_next_turn(self.store, keys, None),
+            extra=extra,
+        )
+
+    def _task_of(self, turn_id: str) -> str | None:
+        return next((b.task_id for b in self._blocks if b.turn_id == turn_id), None)
 
     async def _end_of_stored_chain(self, keys: TurnKeys, exc: BaseException | None) -> TurnKeys:
         """The turn to mark last: past turns an earlier attempt linked on to, each ended here.
@@ -255,7 +264,9 @@ class LiveTurns:
                     format=stored.format,
                 )
                 await bounded_cleanup(
-                    f"turn {keys.turn_id}: end mark", partial(sink.end, state, False)
+                    f"turn {keys.turn_id}: end mark",
+                    partial(sink.end, state, False),
+                    extra={"task_id": None, "turn_id": keys.turn_id},
                 )
 
     async def __aenter__(self) -> LiveTurns:
