@@ -16,7 +16,7 @@ import anyio.lowlevel
 from ._chain import TurnChain, TurnProgress
 from ._chunks import LiveTrajectoryChunks, write_next_turn
 from ._endings import bounded_cleanup, is_stopped_from_outside, run_cleanup
-from ._errors import TurnStateError
+from ._errors import AgentCardError, TurnStateError
 from ._keys import check_prefix
 from ._layout import TurnKeys
 from ._options import (
@@ -45,8 +45,23 @@ if TYPE_CHECKING:
 logger = logging.getLogger("follower.step")
 
 
+def live_endpoint(endpoint: str | None) -> str:
+    """The live read's URL, or an :class:`~follower.AgentCardError` at once if there is none.
+
+    ``A2AAgent.trajectory_endpoint`` is None for an agent whose card offers no live
+    trajectory; taken as is, the step would store turns no reader can follow.
+    """
+    if endpoint is None:
+        raise AgentCardError(
+            "the agent's card offers no live trajectory (no usable "
+            "urn:agentenv:trajectory/v1 extension), so there is nothing to follow: check "
+            "agent.trajectory_endpoint before following, or follow another agent"
+        )
+    return endpoint
+
+
 def following_live_trajectory(
-    endpoint: str,
+    endpoint: str | None,
     store: ObjectStore,
     prefix_key: str,
     turn_id: str,
@@ -88,6 +103,7 @@ def following_live_trajectory(
     client. They go only to ``endpoint``, never through a redirect, and are
     never logged.
     """
+    endpoint = live_endpoint(endpoint)
     options = FollowOptions(
         poll_interval_seconds=poll_interval_seconds,
         drain_seconds=drain_seconds,
@@ -123,7 +139,7 @@ class LiveTurns:
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: str | None,
         store: ObjectStore,
         prefix_key: str,
         *,
@@ -137,7 +153,7 @@ class LiveTurns:
         headers: Mapping[str, str] | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
-        self.endpoint = endpoint
+        self.endpoint = live_endpoint(endpoint)
         self.resume = resume
         self.store = store
         self.prefix_key = check_prefix(prefix_key)
