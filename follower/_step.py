@@ -15,8 +15,8 @@ import anyio.lowlevel
 
 from ._chain import TurnChain, TurnProgress
 from ._chunks import LiveTrajectoryChunks, write_next_turn
-from ._endings import CLEANUP_SECONDS, bounded_cleanup, is_stopped_from_outside
-from ._errors import TurnStateError
+from ._endings import bounded_cleanup, is_stopped_from_outside, run_cleanup
+from ._errors import AgentCardError, TurnStateError
 from ._keys import check_prefix
 from ._layout import TurnKeys
 from ._options import (
@@ -45,8 +45,23 @@ if TYPE_CHECKING:
 logger = logging.getLogger("follower.step")
 
 
+def live_endpoint(endpoint: str | None) -> str:
+    """The live read's URL, or an :class:`~follower.AgentCardError` at once if there is none.
+
+    ``A2AAgent.trajectory_endpoint`` is None for an agent whose card offers no live
+    trajectory; taken as is, the step would store turns no reader can follow.
+    """
+    if endpoint is None:
+        raise AgentCardError(
+            "the agent's card offers no live trajectory (no usable "
+            "urn:agentenv:trajectory/v1 extension), so there is nothing to follow: check "
+            "agent.trajectory_endpoint before following, or follow another agent"
+        )
+    return endpoint
+
+
 def following_live_trajectory(
-    endpoint: str,
+    endpoint: str | None,
     store: ObjectStore,
     prefix_key: str,
     turn_id: str,
@@ -88,6 +103,7 @@ def following_live_trajectory(
     client. They go only to ``endpoint``, never through a redirect, and are
     never logged.
     """
+    endpoint = live_endpoint(endpoint)
     options = FollowOptions(
         poll_interval_seconds=poll_interval_seconds,
         drain_seconds=drain_seconds,
@@ -123,7 +139,7 @@ class LiveTurns:
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: str | None,
         store: ObjectStore,
         prefix_key: str,
         *,
@@ -137,7 +153,7 @@ class LiveTurns:
         headers: Mapping[str, str] | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
-        self.endpoint = endpoint
+        self.endpoint = live_endpoint(endpoint)
         self.resume = resume
         self.store = store
         self.prefix_key = check_prefix(prefix_key)
@@ -217,17 +233,26 @@ class LiveTurns:
         last = self._chain.last_followed
         if last is None or last in self._chain.taken or not self._chain.ends_for_good:
             return
-        with anyio.move_on_after(CLEANUP_SECONDS, shield=True):
-            try:
-                keys = await self._end_of_stored_chain(TurnKeys(self.prefix_key, last), exc)
-            except Exception:
-                # A cleanup never replaces the step's outcome: log, and mark what we can.
-                logger.exception("turn %s: reading the stored chain past it failed", last)
-                keys = TurnKeys(self.prefix_key, last)
-            await bounded_cleanup(
-                f"turn {keys.turn_id}: marking it last",
-                lambda: write_next_turn(self.store, keys, None),
-            )
+        await run_cleanup(lambda: self._mark_last(last, exc), exc)
+
+    async def _mark_last(self, last: str, exc: BaseException | None) -> None:
+        extra = {"task_id": self._task_of(last), "turn_id": last}
+        try:
+            keys = await self._end_of_stored_chain(TurnKeys(self.prefix_key, last), exc)
+        except Exception:
+            # A cleanup never replaces the step's outcome: log, and mark what we can.
+            logger.exception("turn %s: reading the stored chain past it failed", last, extra=extra)
+            keys = TurnKeys(self.prefix_key, last)
+        if keys.turn_id != last:
+            extra = {"task_id": None, "turn_id": keys.turn_id}
+        await bounded_cleanup(
+            f"turn {keys.turn_id}: marking it last",
+            lambda: write_next_turn(self.store, keys, None),
+            extra=extra,
+        )
+
+    def _task_of(self, turn_id: str) -> str | None:
+        return next((b.task_id for b in self._blocks if b.turn_id == turn_id), None)
 
     async def _end_of_stored_chain(self, keys: TurnKeys, exc: BaseException | None) -> TurnKeys:
         """The turn to mark last: past turns an earlier attempt linked on to, each ended here.
@@ -254,7 +279,9 @@ class LiveTurns:
                     format=stored.format,
                 )
                 await bounded_cleanup(
-                    f"turn {keys.turn_id}: end mark", partial(sink.end, state, False)
+                    f"turn {keys.turn_id}: end mark",
+                    partial(sink.end, state, False),
+                    extra={"task_id": None, "turn_id": keys.turn_id},
                 )
 
     async def __aenter__(self) -> LiveTurns:

@@ -18,11 +18,10 @@ import anyio.abc
 from ._chain import TurnChain, TurnProgress
 from ._chunks import LiveTrajectoryChunks, write_next_turn
 from ._endings import (
-    CLEANUP_SECONDS,
     bounded_cleanup,
-    is_cancellation,
     is_stopped_from_outside,
     leaves,
+    run_cleanup,
 )
 from ._errors import (
     AgentError,
@@ -316,7 +315,7 @@ class _TurnBlock:
         what = f"turn {previous}: linking to turn {self.turn_id}"
         keys = TurnKeys(self.keys.prefix_key, previous)
         landed = await bounded_cleanup(
-            what, lambda: write_next_turn(self.store, keys, self.turn_id)
+            what, lambda: write_next_turn(self.store, keys, self.turn_id), extra=self._log_extra
         )
         self._link_landed = self._link_landed or landed
 
@@ -418,24 +417,34 @@ class _TurnBlock:
             if exc is None:
                 raise group_leaves[0] from None
         except BaseException as raised:
-            if raised is not exc and not (isinstance(raised, cancelled) and is_cancellation(exc)):
+            # A cancel while the group exits does not replace the body's own exception
+            # or cancel (a native asyncio one may land here, after the body raised).
+            if raised is not exc and not (isinstance(raised, cancelled) and exc is not None):
                 raise
 
     async def _cleanup(self, exc: BaseException | None) -> None:
-        with anyio.move_on_after(CLEANUP_SECONDS, shield=True):
-            if self._marks_its_end:
-                sink = self._sink
-                assert sink is not None
-                state, complete = self._end_state(exc), self.progress.complete
-                # Each its own bound: a stalled task.json must not cut the end mark short.
-                await bounded_cleanup(f"turn {self.turn_id}: task mark", sink.store_task)
-                await bounded_cleanup(
-                    f"turn {self.turn_id}: end mark", lambda: sink.end(state, complete)
-                )
-                if sink.turn_taken:  # another run's turn: that run ends its chain there
-                    self._chain.taken.add(self.turn_id)
-            if self._linked_from is not None and not self._link_landed:
-                await self._write_link()
+        state = self._end_state(stopped=exc is not None and is_stopped_from_outside(exc))
+        await run_cleanup(lambda: self._write_marks(state), exc)
+
+    async def _write_marks(self, state: TrajectoryState) -> None:
+        if self._marks_its_end:
+            sink = self._sink
+            assert sink is not None
+            complete = self.progress.complete
+            # Each its own bound: a stalled task.json must not cut the end mark short.
+            extra = self._log_extra
+            await bounded_cleanup(f"turn {self.turn_id}: task mark", sink.store_task, extra=extra)
+            await bounded_cleanup(
+                f"turn {self.turn_id}: end mark", lambda: sink.end(state, complete), extra=extra
+            )
+            if sink.turn_taken:  # another run's turn: that run ends its chain there
+                self._chain.taken.add(self.turn_id)
+        if self._linked_from is not None and not self._link_landed:
+            await self._write_link()
+
+    @property
+    def _log_extra(self) -> dict[str, object]:
+        return {"task_id": self.task_id, "turn_id": self.turn_id}
 
     @property
     def _marks_its_end(self) -> bool:
@@ -444,12 +453,12 @@ class _TurnBlock:
             return False
         return self._stored is None or self._stored.end is None
 
-    def _end_state(self, exc: BaseException | None) -> TrajectoryState:
+    def _end_state(self, *, stopped: bool) -> TrajectoryState:
         if self.progress.complete and self.progress.state is not None:
             return self.progress.state
         if self.reported_state is not None:
             return self.reported_state
-        if exc is not None and is_stopped_from_outside(exc):
+        if stopped:
             return TrajectoryState.CANCELED
         return TrajectoryState.FAILED
 

@@ -58,7 +58,6 @@ def released() -> Iterator[threading.Event]:
 @pytest.fixture(autouse=True)
 def short_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(follower._endings, "CLEANUP_WRITE_SECONDS", WRITE_BOUND_SECONDS)
-    monkeypatch.setattr(follower._turns, "CLEANUP_SECONDS", CLEANUP_BOUND_SECONDS)
     monkeypatch.setattr(follower._endings, "CLEANUP_SECONDS", CLEANUP_BOUND_SECONDS)
 
 

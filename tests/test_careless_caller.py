@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from follower import (
+    AgentCardError,
     InvalidArgumentError,
     InvalidKeyError,
     LiveTrajectoryChunks,
@@ -171,3 +172,16 @@ async def test_the_chunk_sink_takes_each_page_once_in_order_and_none_after_its_e
         with pytest.raises(UsageError):
             await sink(batch(3, [4]))
     assert await store.list("") == ended
+
+
+def test_an_agent_without_a_live_trajectory_is_refused_at_once() -> None:
+    # agent.trajectory_endpoint is None for an agent whose card has no live read:
+    # refused before anything is written or sent, not a turn stored with no endpoint.
+    store = MemoryStore()
+    for make in (
+        lambda: LiveTurns(None, store, "steps/s1/", poll_interval_seconds=1),
+        lambda: following_live_trajectory(None, store, "steps/s1/", "t", poll_interval_seconds=1),
+    ):
+        with pytest.raises(AgentCardError, match="offers no live trajectory"):
+            make()
+    assert store._objects == {}

@@ -67,8 +67,6 @@ def bucket(client: Any) -> str:
 def short_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(follower._endings, "CLEANUP_WRITE_SECONDS", WRITE_BOUND_SECONDS)
     monkeypatch.setattr(follower._endings, "CLEANUP_SECONDS", CLEANUP_BOUND_SECONDS)
-    monkeypatch.setattr(follower._turns, "CLEANUP_SECONDS", CLEANUP_BOUND_SECONDS)
-    monkeypatch.setattr(follower._step, "CLEANUP_SECONDS", CLEANUP_BOUND_SECONDS)
 
 
 def is_chunk(request: Any) -> bool:

@@ -49,8 +49,9 @@ async def run_cancel_safe(
     that the step hands off), the step's scope is cancelled, and the caller
     waits for the step to finish, however many more cancels arrive, for at most
     ``cleanup_seconds``; then the cancel comes out. A step that overruns the
-    bound is logged and cancelled natively. asyncio only: the caller's loop is
-    asyncio's (Temporal's worker).
+    bound is logged and cancelled natively. A step that raises its own exception
+    on its way out raises it, as itself, in place of the cancel. asyncio only:
+    the caller's loop is asyncio's (Temporal's worker).
     """
     scope = anyio.CancelScope()
 
@@ -92,7 +93,9 @@ async def run_cancel_safe(
     if cancel is not None:
         failure = task.exception() if task.done() and not task.cancelled() else None
         if failure is not None and not isinstance(failure, asyncio.CancelledError):
-            logger.warning("the cancelled step raised during its cleanup", exc_info=failure)
+            # The step's own exception is its outcome, as the turn's block keeps it:
+            # never replaced by the cancel that led to it.
+            raise failure
         raise cancel
     return task.result()
 
