@@ -252,7 +252,8 @@ class LiveTurns:
         )
 
     def _task_of(self, turn_id: str) -> str | None:
-        return next((b.task_id for b in self._blocks if b.turn_id == turn_id), None)
+        progress = (turn.turn_progress() for turn in self._chain.turns)
+        return next((p.task_id for p in progress if p.turn_id == turn_id), None)
 
     async def _end_of_stored_chain(self, keys: TurnKeys, exc: BaseException | None) -> TurnKeys:
         """The turn to mark last: past turns an earlier attempt linked on to, each ended here.
