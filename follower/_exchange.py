@@ -335,9 +335,9 @@ async def _read_capped(
     # no generator between (unless a hook read it already).
     body = response.extensions.get(BODY_EXTENSION)
     if isinstance(body, ResponseBody) and not response.is_stream_consumed:
-        data, complete = await body.read_within(limit)
-        if not complete and not cut:
-            raise PageTooLargeError(f"{what}: the body is over the {limit}-byte cap; not loaded")
+        data, over = await body.read_within(limit)
+        if over is not None and not cut:
+            raise PageTooLargeError(f"{what}: the body is {over}; not loaded")
         return data
     parts: list[bytes] = []
     size = 0
