@@ -17,6 +17,7 @@ from ._chain import TurnChain, TurnProgress
 from ._chunks import LiveTrajectoryChunks, write_next_turn
 from ._endings import CLEANUP_SECONDS, bounded_cleanup, is_stopped_from_outside
 from ._errors import TurnStateError
+from ._exchange import checked_endpoint
 from ._keys import check_prefix
 from ._layout import TurnKeys
 from ._options import (
@@ -88,6 +89,7 @@ def following_live_trajectory(
     client. They go only to ``endpoint``, never through a redirect, and are
     never logged.
     """
+    endpoint = checked_endpoint(endpoint)
     options = FollowOptions(
         poll_interval_seconds=poll_interval_seconds,
         drain_seconds=drain_seconds,
@@ -137,7 +139,7 @@ class LiveTurns:
         headers: Mapping[str, str] | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
-        self.endpoint = endpoint
+        self.endpoint = checked_endpoint(endpoint)
         self.resume = resume
         self.store = store
         self.prefix_key = check_prefix(prefix_key)
