@@ -535,6 +535,18 @@ class ResponseBody(httpx.AsyncByteStream):
         body = bytearray()
         cut: str | None = None
         try:
+            # The common case first: a small body that came whole, handed over as it is.
+            first = parser.next_body()
+            if isinstance(first, bytes) and len(first) <= limit:
+                following = parser.next_body()
+                if following is END:
+                    await self._finish(connection)
+                    return first, None
+                body += first
+                if isinstance(following, bytes):
+                    body += following
+            elif isinstance(first, bytes):
+                body += memoryview(first)[: limit + 1]
             while (signal := parser.body_into(body, limit + 1 - len(body))) is not END:
                 if len(body) > limit:
                     break
