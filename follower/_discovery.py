@@ -145,7 +145,7 @@ def same_origin(url: str, other: str) -> bool:
 
 def _resolve_on_origin(endpoint: str, a2a_url: str) -> str | None:
     origin = _origin(a2a_url)
-    if origin is None or not _printable(endpoint):
+    if origin is None or not printable(endpoint):
         return None
     base = urlsplit(a2a_url)
     root = f"{base.scheme}://{base.netloc}"
@@ -166,7 +166,7 @@ def _resolve_on_origin(endpoint: str, a2a_url: str) -> str | None:
     return url if _origin(url) == origin else None
 
 
-def _printable(text: str) -> bool:
+def printable(text: str) -> bool:
     """No whitespace, backslash or control/format character, ASCII or not."""
     return not any(
         c == "\\" or c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp", "Zs")

@@ -18,12 +18,14 @@ import anyio.lowlevel
 import anyio.to_thread
 import httpx
 
+from ._discovery import printable
 from ._errors import (
     AgentRefusedError,
     AgentUnavailableError,
     ClientClosedError,
     ErrorContext,
     FollowerError,
+    InvalidArgumentError,
     PageNotAnObjectError,
     PageTooLargeError,
     PoolBusyError,
@@ -266,6 +268,27 @@ async def _send_capped(
 _NO_STREAM = httpx.ByteStream(b"")
 
 
+def checked_endpoint(endpoint: object) -> str:
+    """``endpoint`` as given, if a read can be sent to it; else :class:`InvalidArgumentError`.
+
+    Refused: what is no non-empty ``str``, whitespace, a backslash or a control
+    or format character anywhere (as in a card's endpoint: httpx refuses a CR
+    or LF and percent-encodes a space, even in the host), and what httpx cannot
+    parse. Called where a caller names the endpoint, so misuse fails at once.
+    """
+    if not isinstance(endpoint, str) or not endpoint:
+        raise InvalidArgumentError(f"endpoint must be a non-empty URL string, not {endpoint!r:.80}")
+    if not printable(endpoint):
+        raise InvalidArgumentError(
+            f"endpoint {endpoint!r:.120} holds whitespace, a backslash or a control character"
+        )
+    try:
+        _parsed_url(endpoint)
+    except httpx.InvalidURL as exc:
+        raise InvalidArgumentError(f"endpoint {endpoint!r:.120} is no URL: {exc}") from None
+    return endpoint
+
+
 @functools.lru_cache(maxsize=1024)
 def _parsed_url(url: str) -> httpx.URL:
     # A follower reads one URL over and over; httpx parses a str each time (immutable URLs).
@@ -335,9 +358,9 @@ async def _read_capped(
     # no generator between (unless a hook read it already).
     body = response.extensions.get(BODY_EXTENSION)
     if isinstance(body, ResponseBody) and not response.is_stream_consumed:
-        data, complete = await body.read_within(limit)
-        if not complete and not cut:
-            raise PageTooLargeError(f"{what}: the body is over the {limit}-byte cap; not loaded")
+        data, over = await body.read_within(limit)
+        if over is not None and not cut:
+            raise PageTooLargeError(f"{what}: the body is {over}; not loaded")
         return data
     parts: list[bytes] = []
     size = 0

@@ -34,7 +34,7 @@ from ._errors import (
     TaskNotFoundError,
     add_context,
 )
-from ._exchange import read_page
+from ._exchange import checked_endpoint, read_page
 from ._options import (
     DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_PAGE_BYTES,
@@ -190,6 +190,7 @@ async def follow_task(
     """
     if not isinstance(task_id, str) or not task_id:
         raise InvalidArgumentError(f"task_id must be a non-empty string, not {task_id!r}")
+    endpoint = checked_endpoint(endpoint)
     after = count("after", after)
     if progress is None:
         progress = FollowProgress()

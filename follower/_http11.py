@@ -41,6 +41,9 @@ MAX_HEAD_BYTES: Final = 64 * 1024
 MAX_HEADERS: Final = 128
 # A chunk-size line: the size and extensions we ignore, bounded all the same.
 MAX_CHUNK_LINE_BYTES: Final = 4096
+# Chunks parsed by one body_into call, about a millisecond's work: a receive of
+# 1-byte chunks holds 10,000 of them, and parsed in one go it held the loop 25 ms.
+MAX_CHUNKS_A_CALL: Final = 1024
 # Interim answers are skipped; a server that sends them without end is refused.
 MAX_INTERIM_RESPONSES: Final = 16
 _MAX_LENGTH_DIGITS: Final = 18  # a Content-Length up to an exabyte
@@ -63,10 +66,12 @@ class Signal(enum.Enum):
 
     NEED_DATA = enum.auto()  # feed what arrives next
     END = enum.auto()  # the body is complete
+    PAUSE = enum.auto()  # body_into parsed its share of chunks: let others run, call again
 
 
 NEED_DATA: Final = Signal.NEED_DATA
 END: Final = Signal.END
+PAUSE: Final = Signal.PAUSE
 
 
 # --- requests -----------------------------------------------------------------------
@@ -260,6 +265,7 @@ class ResponseParser:
         "_no_body",
         "_remaining",
         "_state",
+        "chunks",
     )
 
     def __init__(self, *, head_request: bool = False, request_close: bool = False) -> None:
@@ -273,22 +279,40 @@ class ResponseParser:
         self._close = request_close
         self._http11 = False
         self._interim = 0
+        self.chunks = 0  # the chunked body's chunks parsed so far
 
     def feed(self, data: bytes) -> None:
-        """Bytes received, in order; ``b""`` when the server closed the connection."""
+        """Bytes received, in order; ``b""`` when the server closed the connection.
+
+        Feed only when :meth:`next_head` or the body asked for data: the parser
+        then holds what it has not parsed (at most a head, a chunk-size line or
+        the trailers, each bounded) and ``data``, never what it parsed before.
+        """
         if not data:
             self._eof = True
             return
-        buffer = self._buffer
-        if self._at >= len(buffer):
+        buffer, at = self._buffer, self._at
+        if at >= len(buffer):
             # The common case: nothing left over, so no copy.
             self._buffer, self._at, self._checked = data, 0, 0
-        elif isinstance(buffer, bytearray):
-            buffer += data  # amortised: a head or chunk line trickling in
+            return
+        if isinstance(buffer, bytearray):
+            # Amortised (a head or chunk line trickling in), and what was parsed is
+            # dropped: kept, a body of 4 KiB chunk lines each before one byte grew
+            # the buffer by all the agent sent until the read's deadline.
+            del buffer[:at]  # CPython moves the array's start: no copy
+            buffer += data
         else:
-            self._buffer = bytearray(memoryview(buffer)[self._at :]) + data
-            self._checked -= self._at
-            self._at = 0
+            left = bytearray(memoryview(buffer)[at:])
+            left += data
+            self._buffer = left
+        self._checked = max(0, self._checked - at)
+        self._at = 0
+
+    @property
+    def buffered(self) -> int:
+        """How many bytes were fed and not parsed yet."""
+        return len(self._buffer) - self._at
 
     @property
     def reusable(self) -> bool:
@@ -327,11 +351,7 @@ class ResponseParser:
             if state in (_LENGTH, _CHUNK_DATA):
                 available = len(self._buffer) - self._at
                 if not available:
-                    if self._eof:
-                        raise httpx.RemoteProtocolError(
-                            "the server closed the connection in the middle of the body"
-                        )
-                    return NEED_DATA
+                    return self._need_data()
                 piece = self._take(min(available, self._remaining))
                 self._remaining -= len(piece)
                 if not self._remaining:
@@ -342,16 +362,57 @@ class ResponseParser:
             if state == _UNTIL_EOF:
                 if len(self._buffer) > self._at:
                     return self._take(len(self._buffer) - self._at)
-                if self._eof:
-                    self._state = _DONE
-                    return END
-                return NEED_DATA
+                return self._need_data()
             if not self._advance_chunked(state):
-                if self._eof:
-                    raise httpx.RemoteProtocolError(
-                        "the server closed the connection in the middle of a chunked body"
-                    )
-                return NEED_DATA
+                return self._need_data()
+
+    def body_into(self, out: bytearray, room: int) -> Signal:
+        """Append the body's bytes that have arrived to ``out``, at most ``room`` of them.
+
+        :data:`END` once the whole body is in ``out``; :data:`NEED_DATA` when
+        more must be fed, or when ``room`` ran out first (the body is longer);
+        :data:`PAUSE` after ``MAX_CHUNKS_A_CALL`` chunks, to be called again.
+        One buffer for the whole body, however it is chunked: a piece a chunk
+        would cost a ``bytes`` object each, 34 bytes for a chunk of one.
+        """
+        stop = self.chunks + MAX_CHUNKS_A_CALL
+        while room > 0:
+            state = self._state
+            if state in (_LENGTH, _CHUNK_DATA, _UNTIL_EOF):
+                buffer, at = self._buffer, self._at
+                size = min(len(buffer) - at, room)
+                if state != _UNTIL_EOF:
+                    size = min(size, self._remaining)
+                    self._remaining -= size
+                    if not self._remaining:
+                        self._state = _DONE if state == _LENGTH else _CHUNK_END
+                if not size:
+                    return self._need_data()
+                out += memoryview(buffer)[at : at + size]
+                self._at = at + size
+                room -= size
+            elif state == _DONE:
+                return END
+            elif self.chunks >= stop:
+                return PAUSE
+            elif not self._advance_chunked(state):
+                return self._need_data()
+        return END if self._state == _DONE else NEED_DATA
+
+    def _need_data(self) -> Signal:
+        """NEED_DATA, or the end of a body that the server's close ends or cuts short."""
+        if not self._eof:
+            return NEED_DATA
+        if self._state == _UNTIL_EOF:
+            self._state = _DONE
+            return END
+        if self._state in (_LENGTH, _CHUNK_DATA):
+            raise httpx.RemoteProtocolError(
+                "the server closed the connection in the middle of the body"
+            )
+        raise httpx.RemoteProtocolError(
+            "the server closed the connection in the middle of a chunked body"
+        )
 
     # --- the head ---
 
@@ -461,6 +522,7 @@ class ResponseParser:
                 )
             size = int(match.group(1), 16)
             self._at = end + 2
+            self.chunks += 1
             if size:
                 self._remaining = size
                 self._state = _CHUNK_DATA

@@ -17,6 +17,7 @@ from ._chain import TurnChain, TurnProgress
 from ._chunks import LiveTrajectoryChunks, write_next_turn
 from ._endings import bounded_cleanup, is_stopped_from_outside, run_cleanup
 from ._errors import AgentCardError, TurnStateError
+from ._exchange import checked_endpoint
 from ._keys import check_prefix
 from ._layout import TurnKeys
 from ._options import (
@@ -46,10 +47,11 @@ logger = logging.getLogger("follower.step")
 
 
 def live_endpoint(endpoint: str | None) -> str:
-    """The live read's URL, or an :class:`~follower.AgentCardError` at once if there is none.
+    """The live read's URL, checked; an :class:`~follower.AgentCardError` at once if there is none.
 
     ``A2AAgent.trajectory_endpoint`` is None for an agent whose card offers no live
-    trajectory; taken as is, the step would store turns no reader can follow.
+    trajectory; taken as is, the step would store turns no reader can follow. Any
+    other endpoint that cannot be sent is an :class:`~follower.InvalidArgumentError`.
     """
     if endpoint is None:
         raise AgentCardError(
@@ -57,7 +59,7 @@ def live_endpoint(endpoint: str | None) -> str:
             "urn:agentenv:trajectory/v1 extension), so there is nothing to follow: check "
             "agent.trajectory_endpoint before following, or follow another agent"
         )
-    return endpoint
+    return checked_endpoint(endpoint)
 
 
 def following_live_trajectory(

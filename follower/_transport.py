@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import attrs
 import httpx
 
-from ._http11 import END, NEED_DATA, KnownHeads, RequestWriter, ResponseHead, ResponseParser
+from ._http11 import END, PAUSE, KnownHeads, RequestWriter, ResponseHead, ResponseParser
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -44,6 +45,15 @@ if TYPE_CHECKING:
 IDLE_EXPIRY_SECONDS = 5.0
 # Reads off the socket; a page of a few KiB arrives in one.
 _RECEIVE_BYTES = 65536
+# A body may take twice its cap on the wire, and this much more, before its read
+# is cut short: chunked framing costs an honest server a few bytes a chunk, but a
+# 4 KiB chunk-size line before each byte would let an agent send 4,000 times the
+# cap (and have it parsed) until the read's deadline.
+WIRE_FACTOR = 2
+WIRE_ALLOWANCE_BYTES = 1024 * 1024
+# ... and each chunk counts this much more than its bytes, for the parsing it costs
+# (a few microseconds): at most ~500,000 chunks in a body at the default cap.
+CHUNK_WIRE_BYTES = 64
 _DEFAULT_PORTS = {b"http": 80, b"https": 443}
 _NEVER = float("inf")
 
@@ -422,12 +432,11 @@ class _Connection:
         parser = self.parser
         while True:
             piece = parser.next_body()
-            if piece is NEED_DATA:
-                parser.feed(await self.receive(deadline))
-            elif piece is END:
-                return None
-            else:
+            if isinstance(piece, bytes):
                 return piece
+            if piece is END:
+                return None
+            parser.feed(await self.receive(deadline))
 
     async def receive(self, deadline: float) -> bytes:
         """Bytes off the connection (``b""`` at its end), waiting until ``deadline`` at most."""
@@ -468,6 +477,11 @@ class _Poller:
 BODY_EXTENSION = "follower.body"
 
 
+def wire_bytes_allowed(limit: int) -> int:
+    """The most bytes a body capped at ``limit`` may take on the wire, framing included."""
+    return WIRE_FACTOR * limit + WIRE_ALLOWANCE_BYTES
+
+
 class ResponseBody(httpx.AsyncByteStream):
     """The response body, read straight off the connection.
 
@@ -503,39 +517,61 @@ class ResponseBody(httpx.AsyncByteStream):
             raise StopAsyncIteration
         return chunk
 
-    async def read_within(self, limit: int) -> tuple[bytes, bool]:
-        """The whole body and True if it is at most ``limit`` bytes.
+    async def read_within(self, limit: int) -> tuple[bytes, str | None]:
+        """The whole body and None if it is at most ``limit`` bytes.
 
-        Otherwise its first ``limit`` bytes and False, and the connection is closed
-        (the rest is never read). A body already read gives ``b""``.
+        Otherwise its first ``limit`` bytes (or fewer) and why it was cut short:
+        over ``limit``, or over :func:`wire_bytes_allowed` on the wire (its
+        chunked framing counted); the connection is then closed and the rest
+        never read. A body already read gives ``b""``. What it holds meanwhile is
+        the body's bytes, in one buffer, and one receive beside the codec's own.
         """
         connection = self._connection
         if connection is None:
-            return b"", True
+            return b"", None
         parser = connection.parser
-        parts: list[bytes] = []
-        size = 0
+        wire_limit = wire_bytes_allowed(limit)
+        wire = parser.buffered  # what came in with the head
+        body = bytearray()
+        cut: str | None = None
         try:
-            while True:
-                piece = parser.next_body()
-                if piece is NEED_DATA:
-                    parser.feed(await connection.receive(self._deadline))
-                    continue
-                if piece is END:
+            # The common case first: a small body that came whole, handed over as it is.
+            first = parser.next_body()
+            if isinstance(first, bytes) and len(first) <= limit:
+                following = parser.next_body()
+                if following is END:
+                    await self._finish(connection)
+                    return first, None
+                body += first
+                if isinstance(following, bytes):
+                    body += following
+            elif isinstance(first, bytes):
+                body += memoryview(first)[: limit + 1]
+            while (signal := parser.body_into(body, limit + 1 - len(body))) is not END:
+                if len(body) > limit:
                     break
-                size += len(piece)
-                if size > limit:
-                    parts.append(piece[: limit - (size - len(piece))])
-                    self._connection = None
-                    await connection.close()
-                    return b"".join(parts), False
-                parts.append(piece)
+                if wire + CHUNK_WIRE_BYTES * parser.chunks > wire_limit:
+                    cut = f"framed in over {wire_limit} bytes on the wire for a {limit}-byte cap"
+                    break
+                if signal is PAUSE:
+                    await anyio.lowlevel.checkpoint()
+                    continue
+                data = await connection.receive(self._deadline)
+                wire += len(data)
+                parser.feed(data)
+            if cut is None and len(body) > limit:
+                cut = f"over the {limit}-byte cap"
         except BaseException:
             self._connection = None
             await connection.close()
             raise
+        if cut is not None:
+            self._connection = None
+            await connection.close()
+            del body[limit:]
+            return bytes(body), cut
         await self._finish(connection)
-        return parts[0] if len(parts) == 1 else b"".join(parts), True
+        return bytes(body), None
 
     async def _finish(self, connection: _Connection) -> None:
         self._connection = None

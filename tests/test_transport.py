@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import ssl
+import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -29,7 +30,7 @@ import trustme
 from follower import AgentUnavailableError, PageTooLargeError
 from follower._clients import ClientPool, _shared_ssl_context
 from follower._exchange import read_page
-from follower._transport import AgentClient, AgentTransport
+from follower._transport import WIRE_ALLOWANCE_BYTES, AgentClient, AgentTransport
 
 from .support.http_requests import read_request
 
@@ -615,3 +616,104 @@ async def test_a_closed_client_refuses_to_send_as_httpx_does() -> None:
     await client.aclose()
     with pytest.raises(RuntimeError, match="closed"):
         await client.get(f"http://127.0.0.1:9{PATH}")
+
+
+# --- what a read holds -------------------------------------------------------------------
+
+# A chunk-size line as long as the codec allows (4 KiB, padded with an extension),
+# before each single byte of body: an agent's way to send much and count for little.
+LONG_LINE = b"1;" + b"e" * 4000 + b"\r\n"
+
+
+def bloated(body: bytes, line: bytes) -> list[bytes]:
+    """A chunked answer, a byte of ``body`` a chunk, each behind ``line``; sent 64 KiB a time."""
+    head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+    wire = b"".join(line + body[i : i + 1] + b"\r\n" for i in range(len(body))) + b"0\r\n\r\n"
+    # Built before the read is traced, and sent in slices that are views, not copies.
+    view = memoryview(wire)
+    return [head, *(view[i : i + 65536] for i in range(0, len(wire), 65536))]  # type: ignore[misc]
+
+
+def sending(pieces: list[bytes]) -> Answer:
+    """Answers ``pieces`` on the first connection, a small page on the others."""
+
+    async def respond(stream: anyio.abc.ByteStream, request: Request) -> bool:
+        if request.connection:
+            return await keep_alive(stream, request)
+        for piece in pieces:
+            await stream.send(piece)
+        return True
+
+    return respond
+
+
+@asynccontextmanager
+async def traced() -> AsyncIterator[list[int]]:
+    """The peak of the memory allocated inside the block (tracemalloc), once it ends."""
+    peak: list[int] = []
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    tracemalloc.reset_peak()
+    baseline = tracemalloc.get_traced_memory()[0]
+    try:
+        yield peak
+    finally:
+        peak.append(tracemalloc.get_traced_memory()[1] - baseline)
+        if not tracing:
+            tracemalloc.stop()
+
+
+def padded_page(size: int) -> bytes:
+    """A page whose one event is a string: ``size`` bytes of body or a few more."""
+    return page(events=("x" * max(0, size - len(page(events=("",)))),))
+
+
+async def test_long_chunk_lines_before_one_byte_chunks_never_pile_up_in_memory() -> None:
+    # 4,200 chunk lines of 4 KiB, each before one byte: 16 MiB on the wire for a
+    # 4 KiB page. The codec kept every byte received (its buffer was never trimmed):
+    # a read held all the agent sent until its deadline, 1.3 GB in 30 s.
+    body = padded_page(4200)
+    pieces = bloated(body, LONG_LINE)
+    assert sum(len(p) for p in pieces) > 16 * 1024 * 1024
+    with anyio.fail_after(60):
+        async with serving(sending(pieces)) as (url, _), agent_client() as client, traced() as peak:
+            got = await read(client, url)
+    assert got.events == tuple(json.loads(body)["events"])
+    assert peak[0] < HELD_BOUND_BYTES, peak
+
+
+# What a read of a small page may hold, whatever its framing: the receive buffers
+# (the backend's reads and ours), a chunk line, the page and its decoding.
+HELD_BOUND_BYTES = 2 * 1024 * 1024
+
+
+async def test_the_wire_bytes_of_a_body_are_bounded_not_only_its_bytes() -> None:
+    # The same 16 MiB for a 4 KiB page, read with a 64 KiB cap: the wire may carry
+    # 2 x the cap and 1 MiB (WIRE_ALLOWANCE_BYTES), so this is over it. Before, only
+    # the body's bytes counted and the read took all 16 MiB.
+    pieces = bloated(padded_page(4200), LONG_LINE)
+    cap = 64 * 1024
+    assert sum(len(p) for p in pieces) > 2 * cap + WIRE_ALLOWANCE_BYTES
+    with anyio.fail_after(60):
+        async with serving(sending(pieces)) as (url, server), agent_client() as client:
+            with pytest.raises(PageTooLargeError, match="on the wire"):
+                await read(client, url, max_page_bytes=cap)
+            assert (await read(client, url, max_page_bytes=cap)).events == ("a",)
+    assert server.connections == 2  # the bloated answer's connection was not reused
+
+
+async def test_one_byte_chunks_hold_the_bytes_they_count() -> None:
+    # A 256 KiB page in 1-byte chunks (1.5 MiB on the wire and 256 K chunks, under
+    # the bound: each chunk counts CHUNK_WIRE_BYTES more than its bytes). Each byte
+    # was a bytes object of its own, about 25 times its size, joined at the end in one
+    # block of the loop. Now the read holds the body (as read, then handed over) and
+    # the page decoded from it (one string of its size), beside the receive buffers.
+    size = 256 * 1024
+    body = padded_page(size)
+    pieces = bloated(body, b"1\r\n")
+    with anyio.fail_after(60):
+        async with serving(sending(pieces)) as (url, _), agent_client() as client, traced() as peak:
+            got = await read(client, url)
+    assert len(got.events[0]) == len(json.loads(body)["events"][0])
+    assert peak[0] < 3 * size + HELD_BOUND_BYTES, peak
