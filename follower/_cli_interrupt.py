@@ -1,11 +1,14 @@
-"""Ctrl-C while a command runs: the first cancels it, a second quits at once.
+"""Ctrl-C while a command runs: the first cancels it, a third quits at once.
 
 A ``KeyboardInterrupt`` lands wherever the program happens to be: inside the
 event loop's own machinery, inside a shielded cleanup, after ``asyncio`` has
 begun to close. Received as a signal instead, the first Ctrl-C is an ordinary
 cancellation of the command (its turns are ended, its task is cancelled at the
-agent, as on any failure) on both backends alike; a second one, for a user who
-will not wait for that, ends the process at once, quietly, with the same code.
+agent, as on any failure) on both backends alike. That cleanup is bounded, and
+it is what a resumed run and the agent rely on, so a second Ctrl-C (an
+impatient user, or GNU ``timeout -s INT``, which sends two) only says what is
+still being done; a third, for a user who will not wait even for that, ends
+the process at once, quietly, with the same code.
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
 INTERRUPTED_LINE = "follower: interrupted"
+STILL_ENDING_LINE = (
+    f"{INTERRUPTED_LINE} again: still marking the turn ended and cancelling the task "
+    "(bounded); Ctrl-C once more to quit without them"
+)
 
 
 async def run_interruptible(
@@ -42,11 +49,16 @@ async def run_interruptible(
 
             async def watch() -> None:
                 nonlocal interrupted
+                presses = 0
                 async for _ in signals:
-                    if interrupted:
+                    presses += 1
+                    if presses == 1:
+                        interrupted = True
+                        command_scope.cancel()
+                    elif presses == 2:
+                        print(STILL_ENDING_LINE, file=sys.stderr, flush=True)
+                    else:
                         quit_now()
-                    interrupted = True
-                    command_scope.cancel()
 
             tg.start_soon(watch)
             try:
@@ -70,8 +82,8 @@ def ignore_further_interrupts() -> None:
 
 
 def quit_now() -> None:
-    """A second Ctrl-C: say so, and end the process without waiting for its cleanup."""
+    """A third Ctrl-C: say so, and end the process without waiting for its cleanup."""
     with contextlib.suppress(OSError, ValueError):  # a closed stdout has nothing left to say
         sys.stdout.flush()
-    print(f"{INTERRUPTED_LINE} again: quitting without waiting", file=sys.stderr, flush=True)
+    print(f"{INTERRUPTED_LINE} once more: quitting without waiting", file=sys.stderr, flush=True)
     os._exit(EXIT_INTERRUPTED)

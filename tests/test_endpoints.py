@@ -53,7 +53,8 @@ async def test_an_endpoint_that_cannot_be_sent_is_refused_where_it_is_named(
         LiveTurns(endpoint, MemoryStore(), "p/", poll_interval_seconds=1)
 
 
-@pytest.mark.parametrize("endpoint", [None, 7, b"http://agent.example/ext", ""])
+# None is an agent with no live trajectory, an AgentCardError: test_careless_caller.py.
+@pytest.mark.parametrize("endpoint", [7, b"http://agent.example/ext", ""])
 async def test_an_endpoint_that_is_no_url_string_is_refused(endpoint: object) -> None:
     with pytest.raises(InvalidArgumentError):
         LiveTurns(endpoint, MemoryStore(), "p/", poll_interval_seconds=1)  # type: ignore[arg-type]
