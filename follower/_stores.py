@@ -224,10 +224,17 @@ def _remove_unfinished_temps() -> None:
     with _UNFINISHED_LOCK:
         _exiting = True
         temps = list(_UNFINISHED)
-    if temps:
-        remover = threading.Thread(target=_unlink_all, args=(temps,), daemon=True)
+    if not temps:
+        return
+    remover = threading.Thread(target=_unlink_all, args=(temps,), daemon=True)
+    try:
         remover.start()
-        remover.join(EXIT_CLEANUP_SECONDS)
+    except RuntimeError:
+        # Python 3.12 starts no thread at interpreter shutdown: remove them here,
+        # unbounded then, but an unlink is not the fsync that stalled.
+        _unlink_all(temps)
+        return
+    remover.join(EXIT_CLEANUP_SECONDS)
 
 
 class FilesystemStore:
