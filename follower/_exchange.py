@@ -38,6 +38,7 @@ from ._options import (
     DEFAULT_READ_TIMEOUT_SECONDS,
     RequestHeaders,
 )
+from ._redact import quoted
 from ._transport import BODY_EXTENSION, AgentClient, ResponseBody
 from ._wire import LARGE_PAGE_BYTES, Page
 
@@ -277,15 +278,17 @@ def checked_endpoint(endpoint: object) -> str:
     parse. Called where a caller names the endpoint, so misuse fails at once.
     """
     if not isinstance(endpoint, str) or not endpoint:
-        raise InvalidArgumentError(f"endpoint must be a non-empty URL string, not {endpoint!r:.80}")
+        raise InvalidArgumentError(
+            f"endpoint must be a non-empty URL string, not {quoted(endpoint, 80)}"
+        )
     if not printable(endpoint):
         raise InvalidArgumentError(
-            f"endpoint {endpoint!r:.120} holds whitespace, a backslash or a control character"
+            f"endpoint {quoted(endpoint, 120)} holds whitespace, a backslash or a control character"
         )
     try:
         _parsed_url(endpoint)
     except httpx.InvalidURL as exc:
-        raise InvalidArgumentError(f"endpoint {endpoint!r:.120} is no URL: {exc}") from None
+        raise InvalidArgumentError(f"endpoint {quoted(endpoint, 120)} is no URL: {exc}") from None
     return endpoint
 
 

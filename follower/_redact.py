@@ -169,6 +169,15 @@ def scrub(text: str) -> str:
     return "".join(parts)
 
 
+def quoted(value: object, limit: int) -> str:
+    """``repr(value)`` scrubbed, then cut to ``limit`` characters, for a message.
+
+    In that order: a cut inside a URL's password would part it from its ``@``,
+    and the scrub would no longer see it as one.
+    """
+    return scrub(repr(value))[:limit]
+
+
 def _occurrences(text: str, secret: str) -> Iterator[int]:
     at = text.find(secret)
     while at != -1:

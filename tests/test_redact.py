@@ -20,7 +20,14 @@ import httpx
 import pytest
 
 import follower
-from follower import A2AProtocolError, AgentUnavailableError, UnknownStateError
+from follower import (
+    A2AProtocolError,
+    AgentUnavailableError,
+    InvalidArgumentError,
+    LiveTurns,
+    MemoryStore,
+    UnknownStateError,
+)
 from follower._discovery import live_trajectory_endpoint
 from follower._errors import add_context
 from follower._redact import (
@@ -190,3 +197,14 @@ def test_an_agent_url_with_user_info_is_why_its_endpoint_is_ignored(
     assert "user info" in warning
     assert "origin" not in warning
     assert TOKEN not in warning
+
+
+@pytest.mark.parametrize("endpoint", ["http://user:{}@host/a b", "http://user:{}@host:no-port/"])
+def test_a_long_password_in_a_refused_endpoint_is_hidden_before_it_is_cut(endpoint: str) -> None:
+    # A token of 160 characters: a message that cut the URL before scrubbing it would
+    # part the password from its "@" and show most of it.
+    password = "S3CRETpw" * 20
+    with pytest.raises(InvalidArgumentError) as caught:
+        LiveTurns(endpoint.format(password), MemoryStore(), "p/", poll_interval_seconds=1)
+    assert "user:***@" in str(caught.value)
+    assert password[:8] not in str(caught.value)
