@@ -21,9 +21,9 @@ import anyio
 import attrs
 
 from ._cli_exits import EXIT_BAD_STORE, EXIT_USAGE, CommandError
-from ._errors import StoreError, StoreUnavailableError
+from ._errors import StoreError
 from ._extras import install_hint
-from ._stores import FilesystemStore, list_keys
+from ._stores import FilesystemStore, folder_version, list_keys
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -146,10 +146,12 @@ class CommandStore:
     """A command's store: each call bounded, and the writes that failed remembered.
 
     A call with no answer within :data:`STORE_CALL_SECONDS` raises
-    :class:`StoreUnavailableError` (the store's thread is abandoned, and never
-    holds the process). A put that failed, and was not done since by a retry,
-    is kept in :attr:`failed_puts`: a turn stored incomplete because the store
-    refused it (a full disk) is the store's fault, not the agent's.
+    :class:`StoreError` (the store's thread is abandoned, and never holds the
+    process): the command has waited its bound, so it is not the
+    :class:`StoreUnavailableError` a turn would try again for minutes. A put
+    that failed, and was not done since by a retry, is kept in
+    :attr:`failed_puts`: a turn stored incomplete because the store refused it
+    (a full disk) is the store's fault, not the agent's.
     """
 
     store: ObjectStore
@@ -174,10 +176,16 @@ class CommandStore:
         listed = list_keys(self.store, prefix, start_after=start_after)
         return await self._bounded("list", prefix, listed)
 
+    async def folder_version(self, folder: str) -> object | None:
+        """The wrapped store's, if it has one: ``tail`` skips a still folder's listing too."""
+        with anyio.move_on_after(STORE_CALL_SECONDS):
+            return await folder_version(self.store, folder)
+        return None  # no answer: list it, and let that call's own bound speak
+
     async def _bounded(self, operation: str, key: str, call: Awaitable[_T]) -> _T:
         with anyio.move_on_after(STORE_CALL_SECONDS):
             return await call
-        raise StoreUnavailableError(
+        raise StoreError(
             f"cannot {operation} {key!r} in {self.named}: no answer within "
             f"{STORE_CALL_SECONDS:g} s",
             key=key,

@@ -388,8 +388,10 @@ class _TurnBlock:
             outcome = raised
             raise
         finally:
-            await self._cleanup(outcome)
-            self._chain.closed(self)  # the step keeps its final values, not the block
+            try:
+                await self._cleanup(outcome)
+            finally:  # a cancel out of the cleanup too: the step keeps values, not the block
+                self._chain.closed(self)
 
     async def _exit_group(self, exc: BaseException | None) -> None:
         """Exit the task group; unwrap exactly the body's exception and cancels."""
