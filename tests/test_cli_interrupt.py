@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.abc
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
@@ -79,11 +78,16 @@ async def wait_for_line(stream: BufferedByteReceiveStream, text: str, seen: byte
             return
 
 
-async def follow_until_the_agent_is_asked_to_cancel(
-    agent: CancelHoldingAgent, url: str, backend: str, cwd: Path
-) -> tuple[anyio.abc.Process, BufferedByteReceiveStream, bytearray]:
-    """Start `follow --message`, press Ctrl-C once its first event shows, and wait until the
-    agent holds the task's cancel: the command is then inside its cleanup."""
+async def press_ctrl_c_during_the_cancel(
+    agent: CancelHoldingAgent, url: str, backend: str, cwd: Path, *, presses: int
+) -> tuple[int, str]:
+    """Run `follow --message`, press Ctrl-C ``presses`` times (2 or 3) while the agent
+    holds the task's cancel; how the command exited, and what it said on stderr.
+
+    The first press once the first event shows; the second once the agent holds the
+    cancel (the command is inside its cleanup); the third, if any, once the second
+    was heard. With two, the cancel is answered once the second was heard.
+    """
     process = await anyio.open_process(
         [
             *CLI_WITH_CTRL_C,
@@ -101,12 +105,31 @@ async def follow_until_the_agent_is_asked_to_cancel(
         cwd=cwd,
         stdin=subprocess.DEVNULL,
     )
-    assert process.stdout is not None
-    assert process.stderr is not None
-    await BufferedByteReceiveStream(process.stdout).receive_until(b"\n", MAX_LINE_BYTES)
-    process.send_signal(signal.SIGINT)
-    await agent.cancel_asked.wait()
-    return process, BufferedByteReceiveStream(process.stderr), bytearray()
+    async with process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        try:
+            await BufferedByteReceiveStream(process.stdout).receive_until(b"\n", MAX_LINE_BYTES)
+            process.send_signal(signal.SIGINT)
+            await agent.cancel_asked.wait()
+            stderr, seen = BufferedByteReceiveStream(process.stderr), bytearray()
+            process.send_signal(signal.SIGINT)
+            # The second press is heard (a command that quit on it has said so too)
+            # before anything else happens.
+            await wait_for_line(stderr, "follower: interrupted again", seen)
+            if presses == 3:
+                process.send_signal(signal.SIGINT)  # quits with the cancel still held
+            else:
+                agent.release.set()
+            with anyio.fail_after(CLEANUP_BOUNDS_SECONDS):
+                said = await rest_of(stderr, seen)
+                returncode = await process.wait()
+        except BaseException:
+            process.kill()
+            raise
+        finally:
+            agent.release.set()
+    return returncode, said
 
 
 async def rest_of(stream: BufferedByteReceiveStream, seen: bytearray) -> str:
@@ -131,22 +154,9 @@ async def test_a_second_ctrl_c_still_ends_the_turn_and_cancels_the_task(
     agent = CancelHoldingAgent(script=TaskScript(events=10_000, interval_seconds=0.01))
     with anyio.fail_after(CLEANUP_BOUNDS_SECONDS + 30):
         async with serving(agent) as url:
-            process, stderr, seen = await follow_until_the_agent_is_asked_to_cancel(
-                agent, url, anyio_backend, tmp_path
+            returncode, said = await press_ctrl_c_during_the_cancel(
+                agent, url, anyio_backend, tmp_path, presses=2
             )
-            async with process:
-                try:
-                    process.send_signal(signal.SIGINT)
-                    # The second press is heard (a command that quit on it has said so too)
-                    # before the agent answers the cancel.
-                    await wait_for_line(stderr, "follower: interrupted again", seen)
-                    agent.release.set()
-                    with anyio.fail_after(CLEANUP_BOUNDS_SECONDS):
-                        said = await rest_of(stderr, seen)
-                        returncode = await process.wait()
-                except BaseException:
-                    process.kill()
-                    raise
     # The turn is marked ended, canceled, and last; the cancel reached the agent.
     turn = the_turn(tmp_path, said)
     assert turn.next_turn == {"turn": None}, said
@@ -165,22 +175,9 @@ async def test_a_third_ctrl_c_quits_at_once(anyio_backend: str, tmp_path: Path) 
     agent = CancelHoldingAgent(script=TaskScript(events=10_000, interval_seconds=0.01))
     with anyio.fail_after(CLEANUP_BOUNDS_SECONDS + 30):
         async with serving(agent) as url:
-            process, stderr, seen = await follow_until_the_agent_is_asked_to_cancel(
-                agent, url, anyio_backend, tmp_path
+            returncode, said = await press_ctrl_c_during_the_cancel(
+                agent, url, anyio_backend, tmp_path, presses=3
             )
-            async with process:
-                try:
-                    process.send_signal(signal.SIGINT)
-                    await wait_for_line(stderr, "follower: interrupted again", seen)
-                    process.send_signal(signal.SIGINT)
-                    # Quits with the cancel still held: nothing waits for the cleanup.
-                    said = await rest_of(stderr, seen)
-                    returncode = await process.wait()
-                except BaseException:
-                    process.kill()
-                    raise
-                finally:
-                    agent.release.set()
     assert returncode == EXIT_INTERRUPTED, said
     assert said.splitlines()[-1] == "follower: interrupted once more: quitting without waiting"
     assert "Traceback" not in said, said
