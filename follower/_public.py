@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 
 def name_as_public(package: str, namespace: dict[str, Any], names: list[str]) -> None:
@@ -15,3 +15,21 @@ def name_as_public(package: str, namespace: dict[str, Any], names: list[str]) ->
         value = namespace[name]
         if getattr(value, "__module__", "").startswith(package + "._"):
             value.__module__ = package
+
+
+_T = TypeVar("_T")
+
+
+class NoPublicConstructor(type):
+    """A metaclass for objects only the library makes (trio's ``NoPublicConstructor``).
+
+    Calling the class raises :class:`TypeError`; the library makes one with
+    ``Class._create(...)``. The object is still a plain instance: ``isinstance`` and
+    type hints work as for any class.
+    """
+
+    def __call__(cls, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError(f"{cls.__module__}.{cls.__qualname__} has no public constructor")
+
+    def _create(cls: type[_T], *args: object, **kwargs: object) -> _T:
+        return super().__call__(*args, **kwargs)  # type: ignore[misc, no-any-return]
