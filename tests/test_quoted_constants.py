@@ -56,7 +56,12 @@ from follower._options import (
     DEFAULT_MAX_PAGE_BYTES,
     DEFAULT_READ_TIMEOUT_SECONDS,
 )
-from follower._reader import _RELIST_SECONDS, DEFAULT_LISTING_LAG_SECONDS
+from follower._reader import (
+    _RELIST_SECONDS,
+    DEFAULT_LISTING_LAG_SECONDS,
+    DEFAULT_READER_POLL_SECONDS,
+)
+from follower._redact import MIN_SECRET_CHARS
 from follower._retries import (
     BACKOFF_CAP_SECONDS,
     BACKOFF_STEP_SECONDS,
@@ -65,7 +70,13 @@ from follower._retries import (
     STORE_RETRY_SECONDS,
     STORE_RETRY_STEP_SECONDS,
 )
-from follower._s3 import _CONNECT_TIMEOUT_SECONDS, _MAX_ATTEMPTS, _READ_TIMEOUT_SECONDS
+from follower._s3 import (
+    _CONFLICT_BASE_SECONDS,
+    _CONNECT_TIMEOUT_SECONDS,
+    _MAX_ATTEMPTS,
+    _READ_TIMEOUT_SECONDS,
+)
+from follower._stores import EXIT_CLEANUP_SECONDS
 from follower._transport import (
     CHUNK_WIRE_BYTES,
     IDLE_EXPIRY_SECONDS,
@@ -93,6 +104,8 @@ class Figure:
         value = self.value
         if spec in UNITS:
             return f"{value / UNITS[spec]:g} {spec}"
+        if spec == "ms":
+            return f"{value * 1000:g} ms"
         if spec == "minute":
             return {60: "a minute", 120: "two minutes"}.get(value, f"{value:g} s")
         return format(value, spec or "g")
@@ -397,6 +410,18 @@ QUOTES = (
         aliases=("listing_lag_seconds",),
     ),
     Quoted(
+        "the reader's defaults in its signature (DEFAULT_READER_POLL_SECONDS, listing lag)",
+        (DEFAULT_READER_POLL_SECONDS, DEFAULT_LISTING_LAG_SECONDS),
+        (
+            (
+                "docs/protocol.md",
+                "`read_live_trajectory(store, prefix_key, turn_id, *, "
+                "poll_interval_seconds={:.1f}, idle_timeout_seconds=None, "
+                "listing_lag_seconds={:.1f}, turn_ends=False)`",
+            ),
+        ),
+    ),
+    Quoted(
         "_RELIST_SECONDS",
         _RELIST_SECONDS,
         (
@@ -518,6 +543,31 @@ QUOTES = (
                 "{} attempts in all, each bounded by a {:s} connect and {:s} read",
             ),
         ),
+    ),
+    Quoted(
+        "_CONFLICT_BASE_SECONDS",
+        _CONFLICT_BASE_SECONDS,
+        (
+            (
+                "docs/design.md",
+                "it does not retry a 409, so the put does, with the same formula and a {:ms} base",
+            ),
+        ),
+    ),
+    Quoted(
+        "EXIT_CLEANUP_SECONDS",
+        EXIT_CLEANUP_SECONDS,
+        (
+            (
+                "docs/security.md",
+                "(in a daemon thread, for at most {:s}, so a stalled disk cannot hold the exit)",
+            ),
+        ),
+    ),
+    Quoted(
+        "MIN_SECRET_CHARS",
+        MIN_SECRET_CHARS,
+        (("docs/security.md", "Pieces shorter than {} characters are not hidden"),),
     ),
     Quoted(
         "DEFAULT_HEARTBEAT_SECONDS",
