@@ -4,94 +4,80 @@ Users read the caps, bounds and exit codes in the docs, not in the code, so a co
 changes without its quotes misleads them (the changelog still said 64 MiB a page once the cap
 had become 16 MiB). Two guards:
 
-- ``QUOTES``: for each constant users read about, its value (imported, so a change in the
-  code shows here), the places that quote it, and how it is written there (a phrase with
-  ``{}`` for the value, ``{:MiB}``, ``{:KiB}`` or ``{:s}`` for its unit). Each phrase must be
-  in its file, whitespace and line breaks aside. A changed constant fails every place that
-  quotes it; a reworded place fails until its phrase is updated here.
-- a scan of every page and comment for a constant's name written beside a figure
-  (`` `NAME` = 128 ``, ``10 s (`NAME`)``, `` `max_page_bytes`, default 16 MiB ``): the figure
-  must be the code's, so a new quote that the table does not list is checked too.
+- ``QUOTES``: for each constant users read about, its value (the code's, found by name in
+  the package: ``C.NAME``), the places that quote it, and how it is written there (a phrase
+  with ``{}`` for the value, ``{:MiB}``, ``{:KiB}``, ``{:s}`` or ``{:ms}`` for its unit). Each
+  phrase must be in its file, whitespace and line breaks aside. A changed constant fails every
+  place that quotes it; a reworded place fails until its phrase is updated here.
+- a scan of every page and comment for the name of any of the package's constants written
+  beside a figure (`` `NAME` = 128 ``, ``10 s (`NAME`)``, `` `max_page_bytes`, default 16 MiB ``):
+  the figure must be the code's, so a new quote that the table does not list is checked too.
 
 Where a quote says how two constants relate ("half a page"), the relation is asserted.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
+import pkgutil
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import httpx
 import pytest
 
-import follower._cli_exits
-from follower._a2a import CANCEL_TASK_SECONDS
-from follower._cli_exits import (
-    EXIT_BAD_STORE,
-    EXIT_BOUND_BROKEN,
-    EXIT_BROKEN_PIPE,
-    EXIT_INCOMPLETE,
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
-)
-from follower._cli_store import PROBE_NOTICE_SECONDS, PROBE_SECONDS, STORE_CALL_SECONDS
-from follower._clients import FOLLOWERS_PER_PROXIED_CLIENT
-from follower._endings import CLEANUP_SECONDS, CLEANUP_WRITE_SECONDS
-from follower._exchange import _ERROR_BODY_BYTES, PAGE_DECODER_THREADS, POOL_WAIT_SECONDS
-from follower._follow import (
-    AFTER_STOP_PAUSE_SECONDS,
-    BACKLOG_PAGE_BYTES,
-    MAX_READS_WITHOUT_PAUSE,
-    NOT_FOUND_GRACE_SECONDS,
-)
-from follower._http11 import MAX_CHUNKS_A_CALL, MAX_HEAD_BYTES, MAX_HEADERS
-from follower._keys import MAX_KEY_BYTES, MAX_SEGMENT_BYTES
-from follower._layout import LIVE_FOLDER, LONGEST_NAME
-from follower._nesting import MAX_JSON_DEPTH
-from follower._options import (
-    DEFAULT_DRAIN_SECONDS,
-    DEFAULT_MAX_EVENT_BYTES,
-    DEFAULT_MAX_PAGE_BYTES,
-    DEFAULT_READ_TIMEOUT_SECONDS,
-)
-from follower._reader import (
-    _RELIST_SECONDS,
-    DEFAULT_LISTING_LAG_SECONDS,
-    DEFAULT_READER_POLL_SECONDS,
-)
-from follower._redact import MIN_SECRET_CHARS
-from follower._retries import (
-    BACKOFF_CAP_SECONDS,
-    BACKOFF_STEP_SECONDS,
-    SETTLE_SECONDS,
-    STORE_RETRY_FLOOR_SECONDS,
-    STORE_RETRY_SECONDS,
-    STORE_RETRY_STEP_SECONDS,
-)
-from follower._s3 import (
-    _CONFLICT_BASE_SECONDS,
-    _CONNECT_TIMEOUT_SECONDS,
-    _MAX_ATTEMPTS,
-    _READ_TIMEOUT_SECONDS,
-)
-from follower._stores import EXIT_CLEANUP_SECONDS
-from follower._transport import (
-    CHUNK_WIRE_BYTES,
-    IDLE_EXPIRY_SECONDS,
-    WIRE_ALLOWANCE_BYTES,
-    WIRE_FACTOR,
-)
-from follower._turns import STORED_TURN_READ_SECONDS
-from follower._validate import FULL, QUICK
-from follower._wire import DECODED_PAGE_FACTOR, LARGE_PAGE_BYTES, MAX_PAGE_EVENTS
-from follower.temporal._attempt import DEFAULT_HEARTBEAT_SECONDS, MAX_HEARTBEAT_TURNS
+import follower
 from follower.testing import Fault
-from follower.testing._cursor_read import MAX_BYTES_PER_READ, MAX_EVENTS_PER_READ
 
 ROOT = Path(__file__).resolve().parent.parent
 Number = int | float
+_CONSTANT = re.compile(r"_?[A-Z][A-Z0-9_]*")
+
+
+class Constants:
+    """Every module-level constant of the package, by its name, wherever it is defined.
+
+    Looked up by name rather than imported from a module: modules move and split (the
+    package is being laid out as subpackages) while the names users read stay. A name
+    that no module defines, or that two define with different values, fails when used.
+    """
+
+    def __init__(self) -> None:
+        self.found: dict[str, dict[str, Any]] = {}
+        for info in pkgutil.walk_packages(follower.__path__, "follower."):
+            if info.name.endswith("__main__"):
+                continue  # running it is the command line
+            module = importlib.import_module(info.name)
+            for name, value in vars(module).items():
+                if _CONSTANT.fullmatch(name) and not callable(value):
+                    self.found.setdefault(name, {})[info.name] = value
+
+    def __getattr__(self, name: str) -> Any:
+        where = self.found.get(name)
+        if not where:
+            raise AttributeError(f"no module of follower defines {name}")
+        values = list(where.values())
+        if any(value != values[0] for value in values):
+            raise AttributeError(f"{name} differs between {', '.join(where)}")
+        return values[0]
+
+    def numbers(self) -> dict[str, Number]:
+        """The constants that are one number and mean the same wherever they are defined."""
+        numbers = {}
+        for name in self.found:
+            try:
+                value = getattr(self, name)
+            except AttributeError:
+                continue
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                numbers[name] = value
+        return numbers
+
+
+C = Constants()
 
 
 class Figure:
@@ -128,7 +114,7 @@ QUOTES = (
     # --- a page and an event -----------------------------------------------------------
     Quoted(
         "DEFAULT_MAX_PAGE_BYTES",
-        DEFAULT_MAX_PAGE_BYTES,
+        C.DEFAULT_MAX_PAGE_BYTES,
         (
             ("docs/changelog.md", "Bodies are capped (`max_page_bytes`, default {:MiB})"),
             ("docs/security.md", "`max_page_bytes` defaults to {:MiB}"),
@@ -140,7 +126,7 @@ QUOTES = (
     ),
     Quoted(
         "DEFAULT_MAX_EVENT_BYTES",
-        DEFAULT_MAX_EVENT_BYTES,
+        C.DEFAULT_MAX_EVENT_BYTES,
         (
             ("docs/security.md", "{:MiB} of compact JSON by default"),
             ("docs/protocol.md", "| `max_event_bytes` | {:MiB} |"),
@@ -150,7 +136,7 @@ QUOTES = (
     ),
     Quoted(
         "MAX_PAGE_EVENTS",
-        MAX_PAGE_EVENTS,
+        C.MAX_PAGE_EVENTS,
         (
             ("docs/security.md", "At most {} events a page"),
             ("docs/protocol.md", "holds more than {} events"),
@@ -159,7 +145,7 @@ QUOTES = (
     ),
     Quoted(
         "MAX_JSON_DEPTH",
-        MAX_JSON_DEPTH,
+        C.MAX_JSON_DEPTH,
         (
             ("docs/security.md", "`MAX_JSON_DEPTH` = {}"),
             ("docs/protocol.md", "nests deeper than {} levels"),
@@ -169,7 +155,7 @@ QUOTES = (
     ),
     Quoted(
         "LARGE_PAGE_BYTES",
-        LARGE_PAGE_BYTES,
+        C.LARGE_PAGE_BYTES,
         (
             ("docs/security.md", "A body over {:KiB} (`LARGE_PAGE_BYTES`"),
             ("docs/protocol.md", "one over {:KiB} that would decode"),
@@ -178,26 +164,26 @@ QUOTES = (
     ),
     Quoted(
         "DECODED_PAGE_FACTOR",
-        DECODED_PAGE_FACTOR,
+        C.DECODED_PAGE_FACTOR,
         (
-            ("docs/security.md", "over {} x the cap it is a `PageTooLargeError`"),
+            ("docs/security.md", "errs high; over {} x the cap it is a"),
             ("docs/protocol.md", "would decode to more than {} x it"),
             ("docs/errors.md", "would decode to more than {} x the"),
         ),
     ),
     Quoted(
         "PAGE_DECODER_THREADS",
-        PAGE_DECODER_THREADS,
+        C.PAGE_DECODER_THREADS,
         (("docs/security.md", "at most {} at a time on an event loop"),),
     ),
     Quoted(
         "the agent's events and bytes a read (the reference agent's)",
-        (MAX_EVENTS_PER_READ, MAX_BYTES_PER_READ),
+        (C.MAX_EVENTS_PER_READ, C.MAX_BYTES_PER_READ),
         (("docs/protocol.md", "The agent returns at most {} events and about {:MiB} of events"),),
     ),
     Quoted(
         "a read's wire bound: WIRE_FACTOR x the cap + WIRE_ALLOWANCE_BYTES, CHUNK_WIRE_BYTES",
-        (WIRE_FACTOR, WIRE_ALLOWANCE_BYTES, CHUNK_WIRE_BYTES),
+        (C.WIRE_FACTOR, C.WIRE_ALLOWANCE_BYTES, C.CHUNK_WIRE_BYTES),
         (
             (
                 "docs/protocol.md",
@@ -213,17 +199,17 @@ QUOTES = (
     ),
     Quoted(
         "the codec's head and fields (MAX_HEAD_BYTES, MAX_HEADERS)",
-        (MAX_HEAD_BYTES, MAX_HEADERS),
+        (C.MAX_HEAD_BYTES, C.MAX_HEADERS),
         (("docs/design.md", "{:KiB} and {} fields"),),
     ),
     Quoted(
         "MAX_CHUNKS_A_CALL",
-        MAX_CHUNKS_A_CALL,
+        C.MAX_CHUNKS_A_CALL,
         (("docs/security.md", "the parser pauses after {:,} chunks"),),
     ),
     Quoted(
         "_ERROR_BODY_BYTES",
-        _ERROR_BODY_BYTES,
+        C._ERROR_BODY_BYTES,
         (
             ("docs/protocol.md", "from at most {:KiB} read) for its error message"),
             ("follower/_exchange.py", "error bodies over {:KiB} are cut short"),
@@ -232,7 +218,7 @@ QUOTES = (
     # --- reading -------------------------------------------------------------------------
     Quoted(
         "DEFAULT_READ_TIMEOUT_SECONDS",
-        DEFAULT_READ_TIMEOUT_SECONDS,
+        C.DEFAULT_READ_TIMEOUT_SECONDS,
         (
             ("docs/protocol.md", "| `read_timeout_seconds` | {:s} |"),
             ("docs/design.md", "`read_timeout_seconds` (default {})"),
@@ -241,7 +227,7 @@ QUOTES = (
     ),
     Quoted(
         "POOL_WAIT_SECONDS",
-        POOL_WAIT_SECONDS,
+        C.POOL_WAIT_SECONDS,
         (
             ("docs/protocol.md", "The wait for a pooled connection has its own {:s} bound"),
             ("docs/protocol.md", "our own pool had no free connection in {:s}"),
@@ -252,9 +238,9 @@ QUOTES = (
     Quoted(
         "a read's whole bound on a transport without connection events",
         (
-            DEFAULT_READ_TIMEOUT_SECONDS,
-            POOL_WAIT_SECONDS,
-            DEFAULT_READ_TIMEOUT_SECONDS + POOL_WAIT_SECONDS,
+            C.DEFAULT_READ_TIMEOUT_SECONDS,
+            C.POOL_WAIT_SECONDS,
+            C.DEFAULT_READ_TIMEOUT_SECONDS + C.POOL_WAIT_SECONDS,
         ),
         (
             ("docs/design.md", "{:s} + {:s} = {:s}"),
@@ -263,7 +249,7 @@ QUOTES = (
     ),
     Quoted(
         "the agents' backoff (BACKOFF_STEP_SECONDS, BACKOFF_CAP_SECONDS)",
-        (BACKOFF_STEP_SECONDS, BACKOFF_CAP_SECONDS),
+        (C.BACKOFF_STEP_SECONDS, C.BACKOFF_CAP_SECONDS),
         (
             ("docs/errors.md", "+ {:s} x failures, capped at {:s}"),
             ("docs/protocol.md", "`floor + {:s} x failures`; both are capped at {:s}"),
@@ -278,7 +264,7 @@ QUOTES = (
     ),
     Quoted(
         "AFTER_STOP_PAUSE_SECONDS",
-        AFTER_STOP_PAUSE_SECONDS,
+        C.AFTER_STOP_PAUSE_SECONDS,
         (
             ("docs/protocol.md", "read again after `min({:s}, poll_interval_seconds)`"),
             ("docs/design.md", "`min({:s}, poll_interval_seconds)` (`AFTER_STOP_PAUSE_SECONDS`"),
@@ -287,7 +273,7 @@ QUOTES = (
     ),
     Quoted(
         "no endless back-to-back reads (MAX_READS_WITHOUT_PAUSE, BACKLOG_PAGE_BYTES)",
-        (MAX_READS_WITHOUT_PAUSE, BACKLOG_PAGE_BYTES),
+        (C.MAX_READS_WITHOUT_PAUSE, C.BACKLOG_PAGE_BYTES),
         (
             ("docs/protocol.md", "after {} such pages in a row under {:KiB} each"),
             ("docs/security.md", "After {} pages in a row that have more and are under {:KiB}"),
@@ -295,7 +281,7 @@ QUOTES = (
     ),
     Quoted(
         "NOT_FOUND_GRACE_SECONDS",
-        NOT_FOUND_GRACE_SECONDS,
+        C.NOT_FOUND_GRACE_SECONDS,
         (
             ("docs/protocol.md", "within {:s} of the first read"),
             ("docs/protocol.md", "{:s} of its first read (`NOT_FOUND_GRACE_SECONDS`)"),
@@ -304,7 +290,7 @@ QUOTES = (
     ),
     Quoted(
         "SETTLE_SECONDS (a flapping run ends after this long with no failure)",
-        SETTLE_SECONDS,
+        C.SETTLE_SECONDS,
         (
             ("docs/changelog.md", "it ends only after {:minute} of answers with none"),
             ("docs/errors.md", "before they had answered for {:s}: one run"),
@@ -314,7 +300,7 @@ QUOTES = (
     ),
     Quoted(
         "FOLLOWERS_PER_PROXIED_CLIENT",
-        FOLLOWERS_PER_PROXIED_CLIENT,
+        C.FOLLOWERS_PER_PROXIED_CLIENT,
         (
             ("docs/changelog.md", "behind a proxy, httpx's transport in shards of {}"),
             ("docs/design.md", "`FOLLOWERS_PER_PROXIED_CLIENT = {}`"),
@@ -327,7 +313,7 @@ QUOTES = (
     # --- a step's turns ------------------------------------------------------------------
     Quoted(
         "DEFAULT_DRAIN_SECONDS",
-        DEFAULT_DRAIN_SECONDS,
+        C.DEFAULT_DRAIN_SECONDS,
         (
             ("docs/design.md", "`drain_seconds` (default {}, `DEFAULT_DRAIN_SECONDS`)"),
             ("docs/protocol.md", "`drain_seconds` (default {})"),
@@ -337,7 +323,7 @@ QUOTES = (
     ),
     Quoted(
         "the cleanup bounds (CLEANUP_WRITE_SECONDS each, CLEANUP_SECONDS in all)",
-        (CLEANUP_WRITE_SECONDS, CLEANUP_SECONDS),
+        (C.CLEANUP_WRITE_SECONDS, C.CLEANUP_SECONDS),
         (
             (
                 "docs/design.md",
@@ -352,7 +338,7 @@ QUOTES = (
     ),
     Quoted(
         "STORED_TURN_READ_SECONDS",
-        STORED_TURN_READ_SECONDS,
+        C.STORED_TURN_READ_SECONDS,
         (
             ("docs/design.md", "on entering its block | {:s}, then `StoreError` |"),
             ("docs/errors.md", "reading what the store holds of the turn takes over {:s}"),
@@ -361,10 +347,10 @@ QUOTES = (
     Quoted(
         "the store's put retries (STORE_RETRY_FLOOR_SECONDS, _STEP_, BACKOFF_CAP_, STORE_RETRY_)",
         (
-            STORE_RETRY_FLOOR_SECONDS,
-            STORE_RETRY_STEP_SECONDS,
-            BACKOFF_CAP_SECONDS,
-            STORE_RETRY_SECONDS,
+            C.STORE_RETRY_FLOOR_SECONDS,
+            C.STORE_RETRY_STEP_SECONDS,
+            C.BACKOFF_CAP_SECONDS,
+            C.STORE_RETRY_SECONDS,
         ),
         (
             (
@@ -399,7 +385,7 @@ QUOTES = (
     # --- reading back ----------------------------------------------------------------------
     Quoted(
         "DEFAULT_LISTING_LAG_SECONDS",
-        DEFAULT_LISTING_LAG_SECONDS,
+        C.DEFAULT_LISTING_LAG_SECONDS,
         (
             ("docs/changelog.md", "`read_live_trajectory(..., listing_lag_seconds={:.1f})`"),
             ("docs/errors.md", "`listing_lag_seconds` ({:s} by"),
@@ -411,7 +397,7 @@ QUOTES = (
     ),
     Quoted(
         "the reader's defaults in its signature (DEFAULT_READER_POLL_SECONDS, listing lag)",
-        (DEFAULT_READER_POLL_SECONDS, DEFAULT_LISTING_LAG_SECONDS),
+        (C.DEFAULT_READER_POLL_SECONDS, C.DEFAULT_LISTING_LAG_SECONDS),
         (
             (
                 "docs/protocol.md",
@@ -423,7 +409,7 @@ QUOTES = (
     ),
     Quoted(
         "_RELIST_SECONDS",
-        _RELIST_SECONDS,
+        C._RELIST_SECONDS,
         (
             ("docs/design.md", "listing at least every {:s} anyway"),
             ("docs/protocol.md", "The reader still lists at least every {:s} of its clock"),
@@ -432,7 +418,7 @@ QUOTES = (
     # --- keys ---------------------------------------------------------------------------
     Quoted(
         "MAX_KEY_BYTES",
-        MAX_KEY_BYTES,
+        C.MAX_KEY_BYTES,
         (
             ("docs/protocol.md", "{} bytes of UTF-8 (`MAX_KEY_BYTES`"),
             ("docs/security.md", "{} bytes of UTF-8 a key"),
@@ -441,23 +427,23 @@ QUOTES = (
     ),
     Quoted(
         "MAX_SEGMENT_BYTES",
-        MAX_SEGMENT_BYTES,
+        C.MAX_SEGMENT_BYTES,
         (("docs/protocol.md", "no `/`, at most {} bytes"),),
     ),
     Quoted(
         "a turn's prefix and id together: MAX_KEY_BYTES - len(LIVE_FOLDER) - LONGEST_NAME",
         (
-            MAX_KEY_BYTES,
-            len(LIVE_FOLDER),
-            LONGEST_NAME,
-            MAX_KEY_BYTES - len(LIVE_FOLDER) - LONGEST_NAME,
+            C.MAX_KEY_BYTES,
+            len(C.LIVE_FOLDER),
+            C.LONGEST_NAME,
+            C.MAX_KEY_BYTES - len(C.LIVE_FOLDER) - C.LONGEST_NAME,
         ),
         (("docs/protocol.md", "{} - {} - {} = {} bytes"),),
     ),
     # --- the command line ------------------------------------------------------------------
     Quoted(
         "the command's store bounds (PROBE_SECONDS, PROBE_NOTICE_SECONDS, STORE_CALL_SECONDS)",
-        (PROBE_SECONDS, PROBE_NOTICE_SECONDS, STORE_CALL_SECONDS),
+        (C.PROBE_SECONDS, C.PROBE_NOTICE_SECONDS, C.STORE_CALL_SECONDS),
         (
             (
                 "docs/changelog.md",
@@ -481,7 +467,7 @@ QUOTES = (
     ),
     Quoted(
         "the interrupted command's cleanup (CANCEL_TASK_SECONDS, CLEANUP_SECONDS)",
-        (CANCEL_TASK_SECONDS, CLEANUP_SECONDS),
+        (C.CANCEL_TASK_SECONDS, C.CLEANUP_SECONDS),
         (
             (
                 "docs/errors.md",
@@ -494,7 +480,7 @@ QUOTES = (
         "follower validate's timings (QUICK and FULL)",
         tuple(
             getattr(timings, field)
-            for timings in (QUICK, FULL)
+            for timings in (C.QUICK, C.FULL)
             for field in ("poll_interval_seconds", "read_timeout_seconds", "drain_seconds")
         ),
         (
@@ -509,12 +495,12 @@ QUOTES = (
     Quoted(
         "exit codes in prose (EXIT_BAD_STORE, _INCOMPLETE, _BOUND_BROKEN, _BROKEN_PIPE, ...)",
         (
-            EXIT_BAD_STORE,
-            EXIT_INCOMPLETE,
-            EXIT_BOUND_BROKEN,
-            EXIT_BROKEN_PIPE,
-            EXIT_INTERRUPTED,
-            EXIT_USAGE,
+            C.EXIT_BAD_STORE,
+            C.EXIT_INCOMPLETE,
+            C.EXIT_BOUND_BROKEN,
+            C.EXIT_BROKEN_PIPE,
+            C.EXIT_INTERRUPTED,
+            C.EXIT_USAGE,
         ),
         (
             ("README.md", "bucket or a refusal is one line, exit {0}."),
@@ -536,7 +522,7 @@ QUOTES = (
     # --- S3 and Temporal --------------------------------------------------------------------
     Quoted(
         "S3Store's client (_MAX_ATTEMPTS, _CONNECT_TIMEOUT_SECONDS, _READ_TIMEOUT_SECONDS)",
-        (_MAX_ATTEMPTS, _CONNECT_TIMEOUT_SECONDS, _READ_TIMEOUT_SECONDS),
+        (C._MAX_ATTEMPTS, C._CONNECT_TIMEOUT_SECONDS, C._READ_TIMEOUT_SECONDS),
         (
             (
                 "docs/tutorials/s3.md",
@@ -546,7 +532,7 @@ QUOTES = (
     ),
     Quoted(
         "_CONFLICT_BASE_SECONDS",
-        _CONFLICT_BASE_SECONDS,
+        C._CONFLICT_BASE_SECONDS,
         (
             (
                 "docs/design.md",
@@ -556,7 +542,7 @@ QUOTES = (
     ),
     Quoted(
         "EXIT_CLEANUP_SECONDS",
-        EXIT_CLEANUP_SECONDS,
+        C.EXIT_CLEANUP_SECONDS,
         (
             (
                 "docs/security.md",
@@ -566,12 +552,12 @@ QUOTES = (
     ),
     Quoted(
         "MIN_SECRET_CHARS",
-        MIN_SECRET_CHARS,
+        C.MIN_SECRET_CHARS,
         (("docs/security.md", "Pieces shorter than {} characters are not hidden"),),
     ),
     Quoted(
         "DEFAULT_HEARTBEAT_SECONDS",
-        DEFAULT_HEARTBEAT_SECONDS,
+        C.DEFAULT_HEARTBEAT_SECONDS,
         (
             ("docs/temporal.md", "({:s} without one;"),
             ("follower/temporal/workflow_types.py", "(or {:s} without one)"),
@@ -580,7 +566,7 @@ QUOTES = (
     ),
     Quoted(
         "MAX_HEARTBEAT_TURNS",
-        MAX_HEARTBEAT_TURNS,
+        C.MAX_HEARTBEAT_TURNS,
         (
             ("docs/temporal.md", "at most the latest {} (`MAX_HEARTBEAT_TURNS`)"),
             ("docs/temporal.md", "its beat lists the latest {} turns"),
@@ -589,6 +575,7 @@ QUOTES = (
 )
 
 
+@functools.cache
 def prose(path: str) -> str:
     """A file's words, one space between each, comment markers dropped: lines wrap anywhere."""
     lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
@@ -618,42 +605,43 @@ def test_every_place_quotes_the_codes_value(quoted: Quoted) -> None:
 
 def test_a_changed_constant_fails_every_place_that_quotes_it() -> None:
     # As if the code's cap had changed and nothing else: each quote is then stale.
-    planted = QUOTES[0]._replace(value=2 * DEFAULT_MAX_PAGE_BYTES)
+    planted = QUOTES[0]._replace(value=2 * C.DEFAULT_MAX_PAGE_BYTES)
     assert len(unquoted(planted)) == len(planted.places)
 
 
+# The command line's exit codes (EXIT_CLEANUP_SECONDS is a bound of the stores', not a code).
 EXIT_NAMES = sorted(
-    name
-    for name in vars(follower._cli_exits)
-    if name.startswith("EXIT_") and name != "EXIT_CODES_HELP"
+    name for name in C.numbers() if name.startswith("EXIT_") and not name.endswith("_SECONDS")
 )
 
 
 @pytest.mark.parametrize("name", EXIT_NAMES)
 def test_every_exit_code_is_in_the_errors_pages_table_with_its_value(name: str) -> None:
-    value = getattr(follower._cli_exits, name)
+    value = getattr(C, name)
     assert f"| `{name}` | {value} |" in prose("docs/errors.md")
 
 
 def test_the_figures_the_docs_relate_are_related_in_the_code() -> None:
     # docs/security.md: the page cap is "4 x the agent's ~4 MiB a read".
-    assert DEFAULT_MAX_PAGE_BYTES == 4 * MAX_BYTES_PER_READ
-    cap, agent = Figure(DEFAULT_MAX_PAGE_BYTES), Figure(MAX_BYTES_PER_READ)
+    assert C.DEFAULT_MAX_PAGE_BYTES == 4 * C.MAX_BYTES_PER_READ
+    cap, agent = Figure(C.DEFAULT_MAX_PAGE_BYTES), Figure(C.MAX_BYTES_PER_READ)
     assert f"defaults to {cap:MiB} (4 x the agent's ~{agent:MiB} a read)" in prose(
         "docs/security.md"
     )
     # follower/_options.py: an event is "half a page, so a page at the cap holds at least two".
-    assert DEFAULT_MAX_EVENT_BYTES == DEFAULT_MAX_PAGE_BYTES // 2
+    assert C.DEFAULT_MAX_EVENT_BYTES == C.DEFAULT_MAX_PAGE_BYTES // 2
     # The reference agent's "most events a read" is the follower's "most events a page".
-    assert MAX_EVENTS_PER_READ == MAX_PAGE_EVENTS
+    assert C.MAX_EVENTS_PER_READ == C.MAX_PAGE_EVENTS
     # follower/_transport.py: a connection idle this long is not reused, "httpx's own default".
-    assert httpx.Limits().keepalive_expiry == IDLE_EXPIRY_SECONDS
+    assert httpx.Limits().keepalive_expiry == C.IDLE_EXPIRY_SECONDS
     # docs/protocol.md, follower/_transport.py: "about 500,000 chunks" at the default cap.
-    chunks = (WIRE_FACTOR * DEFAULT_MAX_PAGE_BYTES + WIRE_ALLOWANCE_BYTES) // CHUNK_WIRE_BYTES
+    chunks = (
+        C.WIRE_FACTOR * C.DEFAULT_MAX_PAGE_BYTES + C.WIRE_ALLOWANCE_BYTES
+    ) // C.CHUNK_WIRE_BYTES
     assert round(chunks, -5) == 500_000
     assert "(about 500,000 chunks at the default)" in prose("docs/protocol.md")
     # follower/testing: the default oversized page is "one byte over the library's default cap".
-    assert Fault.oversized().size_bytes == DEFAULT_MAX_PAGE_BYTES + 1
+    assert Fault.oversized().size_bytes == C.DEFAULT_MAX_PAGE_BYTES + 1
 
 
 # --- the scan: a constant's name beside a figure, anywhere ---------------------------------
@@ -676,6 +664,8 @@ def _patterns(name: str) -> list[re.Pattern[str]]:
 
 def quoted_beside(text: str, name: str) -> Iterator[tuple[float, str]]:
     """Each figure written beside ``name`` in ``text``: in the code's units, and as written."""
+    if f"`{name}" not in text:
+        return  # the most common case, and cheap: every form writes the name in backticks
     for pattern in _patterns(name):
         for match in pattern.finditer(text):
             figure = float(match["figure"].replace(",", ""))
@@ -688,12 +678,8 @@ def scanned_files() -> list[str]:
 
 
 def named_constants() -> dict[str, Number]:
-    """Every constant imported here, by its name in the code, and each option's keyword."""
-    named: dict[str, Number] = {
-        name: value
-        for name, value in globals().items()
-        if re.fullmatch(r"_?[A-Z][A-Z0-9_]+", name) and isinstance(value, int | float)
-    }
+    """Every numeric constant of the package, by its name in the code, and each option's keyword."""
+    named = C.numbers()
     for quoted in QUOTES:
         for alias in quoted.aliases:
             assert not isinstance(quoted.value, tuple)
@@ -721,14 +707,16 @@ def test_no_page_or_comment_writes_a_constant_beside_another_figure() -> None:
 
 @pytest.mark.parametrize(
     "planted",
+    # Each writes the code's figure doubled, as a stale quote would.
     [
-        "Bodies are capped (`max_page_bytes`, default 64 MiB) and never decoded.",
-        "| `max_page_bytes` | 64 MiB | a 200 body |",
-        "`MAX_JSON_DEPTH` = 100, the stored data's limit",
-        "puts, for up to 90 s (`STORE_RETRY_SECONDS`), while",
-        "`drain_seconds` (default 30, `DEFAULT_DRAIN_SECONDS`)",
-        "`POOL_WAIT_SECONDS` (2 s); it wraps `httpx.PoolTimeout`",
-        "`FOLLOWERS_PER_PROXIED_CLIENT = 8` followers",
+        f"Capped (`max_page_bytes`, default {Figure(2 * C.DEFAULT_MAX_PAGE_BYTES):MiB}).",
+        f"| `max_page_bytes` | {Figure(2 * C.DEFAULT_MAX_PAGE_BYTES):MiB} | a 200 body |",
+        f"`MAX_JSON_DEPTH` = {2 * C.MAX_JSON_DEPTH}, the stored data's limit",
+        f"puts, for up to {Figure(2 * C.STORE_RETRY_SECONDS):s} (`STORE_RETRY_SECONDS`), while",
+        f"`drain_seconds` (default {2 * C.DEFAULT_DRAIN_SECONDS:g}, `DEFAULT_DRAIN_SECONDS`)",
+        f"`POOL_WAIT_SECONDS` ({Figure(2 * C.POOL_WAIT_SECONDS):s}); it wraps `httpx.PoolTimeout`",
+        f"`FOLLOWERS_PER_PROXIED_CLIENT = {2 * C.FOLLOWERS_PER_PROXIED_CLIENT}` followers",
+        f"| `EXIT_BAD_STORE` | {2 * C.EXIT_BAD_STORE} | a `StoreError` |",
     ],
 )
 def test_the_scan_finds_a_planted_misquote(planted: str) -> None:
@@ -736,6 +724,6 @@ def test_the_scan_finds_a_planted_misquote(planted: str) -> None:
 
 
 def test_the_scan_passes_a_quote_of_the_codes_value() -> None:
-    cap = Figure(DEFAULT_MAX_PAGE_BYTES)
+    cap = Figure(C.DEFAULT_MAX_PAGE_BYTES)
     text = f"Bodies are capped (`max_page_bytes`, default {cap:MiB}); `MAX_JSON_DEPTH` = 128."
     assert misquotes(text) == []
