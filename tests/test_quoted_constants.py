@@ -299,6 +299,19 @@ QUOTES = (
         ),
     ),
     Quoted(
+        "IDLE_EXPIRY_SECONDS",
+        C.IDLE_EXPIRY_SECONDS,
+        (
+            ("docs/design.md", "none is reused after {:s} idle"),
+            ("follower/_transport.py", "httpx's own default is the same {:s}"),
+        ),
+    ),
+    Quoted(
+        "DEFAULT_TASK_DEADLINE_SECONDS",
+        C.DEFAULT_TASK_DEADLINE_SECONDS,
+        (("docs/errors.md", "passed `deadline_seconds` (default {})"),),
+    ),
+    Quoted(
         "FOLLOWERS_PER_PROXIED_CLIENT",
         C.FOLLOWERS_PER_PROXIED_CLIENT,
         (
