@@ -23,7 +23,7 @@ class CountingStore:
     def __init__(self, log: PageLog) -> None:
         self._log = log
         # By folder: a turn lists its own folder on entry, and a scan of every key
-        # made the start-up of N followers cost N² (seconds at 5,000, in the loop).
+        # would make the start-up of N followers cost N² in the loop, measuring the store.
         self._folders: dict[str, set[str]] = {}
 
     async def put(self, key: str, body: bytes, *, content_type: str) -> None:

@@ -4,7 +4,8 @@ N followers, each following its own task of the reference agent over real
 loopback sockets, for a fixed window, compared across three client shapes:
 
 - ``pool``: the library's default (no client given): followers lease clients
-  from the loop's shared pool, at most ``FOLLOWERS_PER_CLIENT`` per client.
+  from the loop's shared pool (on the library's transport one client serves the
+  loop; behind a proxy, ``FOLLOWERS_PER_PROXIED_CLIENT`` followers a client).
 - ``per-follower``: one ``httpx.AsyncClient()`` per follower, created when it
   starts, as the old follower did.
 - ``shared``: one ``httpx.AsyncClient()`` (default limits) shared by all.

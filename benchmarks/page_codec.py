@@ -26,6 +26,7 @@ import httpx
 
 from follower._exchange import read_page
 from follower._layout import encode_events
+from follower._options import DEFAULT_MAX_PAGE_BYTES
 from follower._wire import Page
 
 _PER_EVENT_ENCODER = json.JSONEncoder(separators=(",", ":"))
@@ -91,10 +92,14 @@ def large_pages() -> dict[str, bytes]:
     def page(events: bytes, count: int) -> bytes:
         return head + events + b'],"next":%d,"has_more":true}' % count
 
-    tiny = 16 * 1024 * 1024 // 2 - 64  # "0," a tiny event: the 33 M of 64 MiB, at 16 MiB
+    # Tiny events ("0,") filling the default cap: the most events a page can hold, the
+    # shape whose decoding held the loop longest (docs/security.md).
+    tiny = DEFAULT_MAX_PAGE_BYTES // 2 - 64
     return {
-        "16 MiB of tiny events (8 M)": page(b"0," * tiny + b"0", tiny + 1),
-        "8 MB of small events (660 k)": page(b",".join([b'{"i":1,"k":"s"}'] * 530_000), 530_000),
+        f"{DEFAULT_MAX_PAGE_BYTES >> 20} MiB of tiny events ({tiny / 1e6:.0f} M)": page(
+            b"0," * tiny + b"0", tiny + 1
+        ),
+        "8 MB of small events (530 k)": page(b",".join([b'{"i":1,"k":"s"}'] * 530_000), 530_000),
         "11 MiB, 1000 events of 2000 floats": page(
             b",".join([b"[" + b",".join([b"%d.5" % i] * 2000) + b"]" for i in range(1000)]),
             1000,

@@ -30,8 +30,9 @@ outcome goes into the JSON's ``"targets"`` for ``summary.py``.
 Usage: ``python benchmarks/teardown.py [--repeats 100] [--quick] [--backend
 asyncio|trio] [--old-python PATH] [--old-repeats 20] [--old-cap 2] [--json
 PATH]``; ``--quick`` is 10 runs a cell (3 of the old). With the defaults the
-old side is bounded by 12 cells x 20 runs x (the 2 s cap + set-up), most cells
-cut at the cap: about 5 to 8 minutes on 2 cores.
+old side is bounded by 12 cells x 20 runs x (the 2 s cap + set-up), and most
+cells are cut at the cap: that bound, not our side, sets how long a run takes
+(docs/benchmarks.md has the times of a run).
 """
 
 from __future__ import annotations

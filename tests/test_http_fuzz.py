@@ -349,7 +349,7 @@ async def test_any_answer_on_the_librarys_transport_is_a_page_or_a_typed_error(
 # answer of 4 KiB chunk lines each before a byte held all it sent (4 MiB here).
 HELD_OVERHEAD_BYTES = 2 * 1024 * 1024
 # The caps of this test's reads, at most: so that the bound bites (at the default
-# cap, 64 MiB, any answer here would be under it).
+# cap, 16 MiB, any answer here would be under it).
 HELD_CAP_BYTES = 1024 * 1024
 
 

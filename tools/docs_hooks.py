@@ -155,7 +155,23 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
     """Fill in the parts of hand-written pages that come from the code."""
     if ERROR_TREE_MARKER in markdown:
         markdown = markdown.replace(ERROR_TREE_MARKER, error_tree())
+    if page.file.src_uri == "changelog.md":
+        markdown = pending_changes(markdown)
     return markdown
+
+
+def pending_changes(changelog: str) -> str:
+    """The changelog with the fragments still in ``changes/`` shown where a release puts them."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("changelog", str(ROOT / "tools" / "changelog"))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
+    fragments, problems = module.read_fragments(ROOT / "changes")
+    if problems:
+        raise PluginError("changelog fragments: " + "; ".join(problems))
+    return str(module.fold(changelog, fragments))
 
 
 def error_tree() -> str:

@@ -6,8 +6,10 @@ import enum
 
 import attrs
 
-# One byte over the library's default page cap.
-DEFAULT_OVERSIZED_BYTES = 64 * 1024 * 1024 + 1
+from .._options import DEFAULT_MAX_PAGE_BYTES
+
+# One byte over the library's default page cap: derived, so the two cannot part.
+DEFAULT_OVERSIZED_BYTES = DEFAULT_MAX_PAGE_BYTES + 1
 _PAGE_FIELDS = ("context_id", "task_id", "state", "format", "events", "next", "has_more")
 
 
