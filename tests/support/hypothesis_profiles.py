@@ -15,8 +15,8 @@ defaults): the property tests take :func:`property_settings` explicitly.
 A budget may be *shared* across the Pythons that ``make test`` runs side by side:
 tools/test gives each run ``FOLLOWER_EXAMPLE_SHARE=k/n``, and a shared test then
 runs 1/n of its CI examples from a seed of its own (:func:`share_seed`), so the n
-runs together try as many examples as one full run, each a different part of
-them. Unset (a run of pytest by hand, one Python), a shared test runs its whole
+runs together try as many examples as one full run, each run drawing its own.
+Unset (a run of pytest by hand, one Python), a shared test runs its whole
 budget from its usual derandomized seed; ``stress`` never shares.
 """
 
