@@ -415,6 +415,9 @@ async def test_a_client_closed_under_a_read_in_flight_is_the_callers_not_the_age
                 poll_interval_seconds=POLL,
                 stop=anyio.Event(),
                 client=client,
+                # The read outlives the close until it times out: a short bound, not 30 s,
+                # still far longer than the close takes to come.
+                read_timeout_seconds=3.0,
             )
         except Exception as exc:
             failures.append(exc)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import event, given, note
 
-from ..support.hypothesis_profiles import property_settings
+from ..support.hypothesis_profiles import property_settings, share_seed
 from .properties import check_properties, describe
 from .run import run_step
 from .scripts import (
@@ -46,8 +46,10 @@ def check(script: StepScript, backend: str) -> None:
     check_properties(world)
 
 
+# Shared across the Pythons of one make test: together they run the 2,500.
 @pytest.mark.parametrize("backend", BACKENDS)
-@property_settings(ci_examples=2500)
+@share_seed
+@property_settings(ci_examples=2500, shared=True)
 @given(script=step_scripts())
 def test_any_step_keeps_the_six_properties(backend: str, script: StepScript) -> None:
     check(script, backend)

@@ -16,7 +16,7 @@ from hypothesis import event, note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-from ..support.hypothesis_profiles import property_settings
+from ..support.hypothesis_profiles import property_settings, share_seed
 from .properties import check_properties, describe
 from .run import run_step
 from .scripts import (
@@ -57,6 +57,7 @@ MAX_STOPPED = 2
 SECOND_CANCEL_ANCHORS = ("with_end", "ticks", "after", "drain_deadline", "end_mark")
 
 
+@share_seed  # inherited by the trio machine
 class LiveTurnsStep(RuleBasedStateMachine):
     backend = "asyncio"
 
@@ -233,7 +234,8 @@ class LiveTurnsStepOnTrio(LiveTurnsStep):
     backend = "trio"
 
 
-STATEFUL_SETTINGS = property_settings(500, stateful_step_count=25)
+# Shared across the Pythons of one make test: together they run the 500.
+STATEFUL_SETTINGS = property_settings(500, shared=True, stateful_step_count=25)
 
 TestLiveTurnsStepOnAsyncio = LiveTurnsStep.TestCase
 TestLiveTurnsStepOnAsyncio.settings = STATEFUL_SETTINGS
