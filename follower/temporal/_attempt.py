@@ -2,7 +2,8 @@
 
 The step runs under :func:`~follower.temporal.run_cancel_safe`, so the
 activity's cancel ends it through anyio, cleanup included. Heartbeats run in
-an asyncio task beside it: each is a sync call that queues the details, so a
+an asyncio task beside it, owned by the attempt's block: cancelled and awaited
+before the activity returns. Each is a sync call that queues the details, so a
 heartbeat never waits on the step, nor the step on a heartbeat.
 """
 
@@ -38,6 +39,8 @@ DEFAULT_HEARTBEAT_SECONDS = 10.0
 MIN_HEARTBEAT_SECONDS = 0.05
 MAX_HEARTBEAT_TURNS = 100
 """A heartbeat lists at most this many turns (the latest unfinished); it sums the rest."""
+HEARTBEAT_STOP_SECONDS = 1.0
+"""How long a step's end waits for its cancelled heartbeat task to end (a tick, as a rule)."""
 
 
 class _TurnBlock(Protocol):
@@ -267,11 +270,44 @@ async def run_activity_step(
     async def run() -> T:
         return await step(attempt)
 
-    beats = asyncio.get_running_loop().create_task(_beat(attempt, interval))
-    try:
+    async with _heartbeating(attempt, interval):
         return await run_cancel_safe(run, on_cancel=on_cancel, cleanup_seconds=cleanup_seconds)
-    finally:
-        beats.cancel()
+
+
+@asynccontextmanager
+async def _heartbeating(attempt: StepAttempt, interval: float) -> AsyncIterator[None]:
+    """Heartbeats in a task beside the block, for as long as it runs: ended before it exits.
+
+    The block's outcome comes out once the beats have stopped; a cancel that
+    arrives while they stop comes out after them, unless the block raised.
+    """
+    beats = asyncio.get_running_loop().create_task(
+        _beat(attempt, interval), name="follower heartbeats"
+    )
+    try:
+        yield
+    except BaseException:
+        await _stopped(beats)  # the block's own exception goes on, as run_cancel_safe's
+        raise
+    cancel = await _stopped(beats)
+    if cancel is not None:
+        raise cancel
+
+
+async def _stopped(beats: asyncio.Task[None]) -> asyncio.CancelledError | None:
+    """Cancel the beats and wait for them to end, within a bound; a cancel of ours meanwhile."""
+    beats.cancel()
+    cancel: asyncio.CancelledError | None = None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + HEARTBEAT_STOP_SECONDS
+    while not beats.done() and loop.time() < deadline:
+        try:
+            await asyncio.wait([beats], timeout=max(0.0, deadline - loop.time()))
+        except asyncio.CancelledError as exc:
+            cancel = exc
+    if not beats.done():
+        logger.error("the heartbeats did not stop within %s s", HEARTBEAT_STOP_SECONDS)
+    return cancel
 
 
 async def _beat(attempt: StepAttempt, interval: float) -> None:
