@@ -6,7 +6,8 @@ from importlib import metadata as _metadata
 from ._a2a import A2AAgent as A2AAgent
 from ._a2a import A2ATask as A2ATask
 from ._a2a import connect_agent as connect_agent
-from ._a2a import run_a2a_turn as run_a2a_turn
+from ._a2a_turn import follow_a2a_task as follow_a2a_task
+from ._a2a_turn import run_a2a_turn as run_a2a_turn
 from ._chain import TurnProgress as TurnProgress
 from ._chunks import LiveTrajectoryChunks as LiveTrajectoryChunks
 from ._discovery import live_trajectory_endpoint as live_trajectory_endpoint
@@ -124,6 +125,7 @@ __all__ = [
     "UnknownStateError",
     "UsageError",
     "connect_agent",
+    "follow_a2a_task",
     "follow_trajectory",
     "following_live_trajectory",
     "live_trajectory_endpoint",

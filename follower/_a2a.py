@@ -1,10 +1,11 @@
-"""A whole A2A turn for step runners: send a message, follow its task, wait for it to end.
+"""The A2A JSON-RPC client: an agent's card, its tasks, and a wait for one to end.
 
-The JSON-RPC client speaks the wire format of agents built on a2a-sdk 0.3
-(``message/send``, ``tasks/get``, ``tasks/cancel``); its requests go through the
-HTTP module's bounded exchange, like the trajectory reads. When a step is
-cancelled or fails, the turn tells the agent to cancel its task too, in a
-shielded, bounded cleanup, so the agent does not work for a step that is gone.
+It speaks the wire format of agents built on a2a-sdk 0.3 (``message/send``,
+``tasks/get``, ``tasks/cancel``); its requests go through the HTTP module's
+bounded exchange, like the trajectory reads. It knows nothing of turns: the
+turns that follow a task (``_a2a_turn``) sit above it. A step that gives up on a
+task asks for its cancel with :func:`cancel_task_quietly`, shielded and bounded,
+so the agent does not work for a step that is gone.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ import logging
 import uuid
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, final
 from urllib.parse import urljoin
 
 import anyio
@@ -36,17 +36,17 @@ from ._errors import (
 )
 from ._exchange import RETRY_LATER_STATUSES, exchange, retry_after_seconds
 from ._options import DEFAULT_READ_TIMEOUT_SECONDS, RequestHeaders, request_headers
+from ._public import NoPublicConstructor
 from ._redact import hiding, scrub, secrets_of
-from ._retries import FailureStreak
+from ._retries import FailureStreak, PollBackoff
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator
 
     import httpx
 
     from ._errors import ErrorContext
-    from ._step import LiveTurns
-    from ._turns import LiveTurn
+    from ._redact import Secrets
 
 logger = logging.getLogger("follower.a2a")
 
@@ -61,9 +61,13 @@ _MAX_RPC_BYTES = 16 * 1024 * 1024
 _JSONRPC_TASK_NOT_FOUND = -32001
 
 
+@final
 @attrs.frozen
-class A2ATask:
-    """What the agent said of a task: its id, its context and its state."""
+class A2ATask(metaclass=NoPublicConstructor):
+    """What the agent said of a task: its id, its context and its state.
+
+    Made by the library from the agent's answers, never by users.
+    """
 
     id: str
     context_id: str | None
@@ -94,29 +98,31 @@ class A2ATask:
                 url=url,
                 task_id=task_id,
             )
-        return cls(got_id, context_id if isinstance(context_id, str) else None, state.lower())
+        context = context_id if isinstance(context_id, str) else None
+        return cls._create(got_id, context, state.lower())
 
 
+def _checked_headers(headers: Mapping[str, str] | None) -> RequestHeaders:
+    return request_headers("headers", headers)
+
+
+@final
+@attrs.define(eq=False, repr=False)  # no repr: its URL and headers may hold credentials
 class A2AAgent:
     """An A2A agent reached over JSON-RPC; use :func:`connect_agent` to make one."""
 
-    def __init__(
-        self,
-        url: str,
-        card: Mapping[str, Any],
-        client: httpx.AsyncClient,
-        *,
-        timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        self.url = url
-        self._headers = request_headers("headers", headers)
-        self.card = card
-        self._client = client
-        # What the agent may echo of our requests, hidden in whatever its calls raise.
-        self._secrets = secrets_of(client=client, headers=self._headers, urls=[url])
-        self._timeout_seconds = timeout_seconds
-        self.trajectory_endpoint = live_trajectory_endpoint(card, url)
+    url: str
+    card: Mapping[str, Any]
+    _client: httpx.AsyncClient
+    _timeout_seconds: float = attrs.field(default=DEFAULT_READ_TIMEOUT_SECONDS, kw_only=True)
+    _headers: RequestHeaders = attrs.field(default=None, kw_only=True, converter=_checked_headers)
+    # What the agent may echo of our requests, hidden in whatever its calls raise.
+    _secrets: Secrets = attrs.field(init=False)
+    trajectory_endpoint: str | None = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._secrets = secrets_of(client=self._client, headers=self._headers, urls=[self.url])
+        self.trajectory_endpoint = live_trajectory_endpoint(self.card, self.url)
 
     async def send_message(self, text: str, *, context_id: str | None = None) -> A2ATask:
         """Send a user message; the agent answers at once with the task it started."""
@@ -160,11 +166,17 @@ class A2AAgent:
     ) -> A2ATask:
         """Poll ``tasks/get`` until the turn ends; back off while it runs or fails.
 
+        The waits between polls are the retries module's ``PollBackoff``:
+        from ``poll_interval_seconds``, half as long again each time, up to
+        ``max_interval_seconds``; a ``Retry-After`` lengthens one within it.
+
         Raises :class:`~follower.TaskTimeoutError` after ``deadline_seconds``, and
         the last :class:`~follower.AgentUnavailableError` after ``max_failures``
         failed calls in a row (None: retry until the deadline).
         """
-        interval = poll_interval_seconds
+        backoff = PollBackoff(
+            interval_seconds=poll_interval_seconds, max_interval_seconds=max_interval_seconds
+        )
         failures = 0  # the agent's, in a row: our own full pool is not one of them
         streak = FailureStreak(
             logger,
@@ -175,7 +187,6 @@ class A2AAgent:
         try:
             with anyio.move_on_after(deadline_seconds):
                 while True:
-                    wait = interval
                     try:
                         task = await self.get_task(task_id)
                     except (AgentUnavailableError, PoolBusyError) as exc:
@@ -184,17 +195,15 @@ class A2AAgent:
                         if max_failures is not None and failures >= max_failures:
                             streak.close(f"after max_failures={max_failures}")
                             raise
-                        asked = getattr(exc, "retry_after_seconds", None)
-                        if asked is not None:
-                            wait = min(max(interval, asked), max(max_interval_seconds, interval))
+                        wait = backoff.next_wait(getattr(exc, "retry_after_seconds", None))
                         streak.retrying(wait)
                     else:
                         streak.recovered()
                         failures = 0
                         if task.turn_ended:
                             return task
+                        wait = backoff.next_wait()
                     await anyio.sleep(wait)
-                    interval = min(interval * 1.5, max_interval_seconds)
         finally:
             streak.close("the wait ended")
         raise TaskTimeoutError(
@@ -325,98 +334,6 @@ def _rpc_url(card: Mapping[str, Any], card_url: str, given_url: str) -> str:
         return resolved
     logger.info("the card names %s, off the origin it was read at; using %s", named, given_url)
     return given_url
-
-
-async def run_a2a_turn(
-    agent: A2AAgent,
-    turns: LiveTurns | None,
-    turn_id: str,
-    text: str,
-    *,
-    context_id: str | None = None,
-    task_deadline_seconds: float = DEFAULT_TASK_DEADLINE_SECONDS,
-    task_poll_seconds: float = 1.0,
-    task_max_failures: int | None = None,
-) -> A2ATask:
-    """Run one turn: send ``text``, follow the task's live trajectory, wait for it to end.
-
-    The trajectory is stored through ``turns`` (skipped when ``turns`` is None or
-    the agent offers no live read). If the step is cancelled or anything fails
-    after the task started, the agent is asked to cancel it, shielded and bounded;
-    the step's own exception or cancel then goes on unchanged.
-    """
-    wait = _waiter(agent, task_deadline_seconds, task_poll_seconds, task_max_failures)
-    async with _following(agent, turns, turn_id) as turn:
-        task = await agent.send_message(text, context_id=context_id)
-        async with _cancelled_on_failure(agent, task.id):
-            return await _follow_task(turn, task.id, wait)
-
-
-async def follow_a2a_task(
-    agent: A2AAgent,
-    turns: LiveTurns | None,
-    turn_id: str,
-    task_id: str,
-    *,
-    task_deadline_seconds: float = DEFAULT_TASK_DEADLINE_SECONDS,
-    task_poll_seconds: float = 1.0,
-    task_max_failures: int | None = None,
-) -> A2ATask:
-    """Run one turn on a task the agent already runs: follow it, wait for it to end.
-
-    The same turn as :func:`run_a2a_turn` without the message, down to the
-    cancel: if the step is cancelled or anything fails (entering the turn too:
-    a store that refuses it), the agent is asked to cancel the task, though
-    someone else may have started it.
-    """
-    wait = _waiter(agent, task_deadline_seconds, task_poll_seconds, task_max_failures)
-    async with _cancelled_on_failure(agent, task_id), _following(agent, turns, turn_id) as turn:
-        return await _follow_task(turn, task_id, wait)
-
-
-def _waiter(
-    agent: A2AAgent, deadline_seconds: float, poll_seconds: float, max_failures: int | None
-) -> Callable[[str], Awaitable[A2ATask]]:
-    return partial(
-        agent.wait_for_task,
-        deadline_seconds=deadline_seconds,
-        poll_interval_seconds=poll_seconds,
-        max_failures=max_failures,
-    )
-
-
-@asynccontextmanager
-async def _following(
-    agent: A2AAgent, turns: LiveTurns | None, turn_id: str
-) -> AsyncIterator[LiveTurn | None]:
-    """The turn's block, or None when nothing is followed."""
-    if turns is None or agent.trajectory_endpoint is None:
-        yield None
-        return
-    async with turns.following(turn_id) as turn:
-        yield turn
-
-
-async def _follow_task(
-    turn: LiveTurn | None, task_id: str, wait: Callable[[str], Awaitable[A2ATask]]
-) -> A2ATask:
-    """Follow a started task and wait for it to end."""
-    if turn is not None:
-        turn.follow(task_id)
-    final = await wait(task_id)
-    if turn is not None:
-        turn.ended(final.state)
-    return final
-
-
-@asynccontextmanager
-async def _cancelled_on_failure(agent: A2AAgent, task_id: str) -> AsyncIterator[None]:
-    """On any failure or cancel of the block, ask the agent to cancel the task too."""
-    try:
-        yield
-    except BaseException:
-        await cancel_task_quietly(agent, task_id)
-        raise
 
 
 async def cancel_task_quietly(agent: A2AAgent, task_id: str) -> None:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ._a2a import cancel_task_quietly, connect_agent, follow_a2a_task
+from ._a2a import cancel_task_quietly, connect_agent
+from ._a2a_turn import follow_a2a_task
 from ._cli_auth import agent_client, headers_of
 from ._cli_exits import (
     EXIT_BAD_STORE,

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
-from ._a2a import connect_agent, run_a2a_turn
+from ._a2a import connect_agent
+from ._a2a_turn import run_a2a_turn
 from ._cli_progress import TurnDisplay
 from ._errors import AgentCardError, FollowerError, InvalidArgumentError
 from ._layout import EndMark, TurnKeys

@@ -2,7 +2,9 @@
 
 One policy for every retried call, to an agent (a follower's reads, the A2A
 ``tasks/get`` polls) or to a store (a turn's puts, while the store is
-unavailable): a jittered backoff that honours ``Retry-After`` within a cap, and
+unavailable): a backoff that honours ``Retry-After`` within a cap (jittered
+after a failed read or put, :func:`retry_delay`; growing by half a poll while a
+wait for a task polls, :class:`PollBackoff`), and
 logs that grow with the outages, never with the calls: a warning as a run of
 failures starts, a summary as it ends, a debug line for each failure in
 between, and an agent that flaps is one run (:class:`FailureStreak`). What is
@@ -16,6 +18,7 @@ import random
 from typing import TYPE_CHECKING
 
 import anyio
+import attrs
 
 from ._errors import StoreUnavailableError
 
@@ -52,9 +55,40 @@ def retry_delay(
     (5 s) x failures; both are capped at 60 s. A fraction of 1 is the ceiling,
     the backoff without jitter.
     """
-    floor = min(max(poll_interval_seconds, retry_after_seconds or 0.0), BACKOFF_CAP_SECONDS)
+    floor = _honouring(poll_interval_seconds, retry_after_seconds, BACKOFF_CAP_SECONDS)
     ceiling = min(floor + step_seconds * failures, BACKOFF_CAP_SECONDS)
     return floor + fraction * (ceiling - floor)
+
+
+def _honouring(wait_seconds: float, retry_after_seconds: float | None, cap_seconds: float) -> float:
+    """``wait_seconds``, or the agent's ``Retry-After`` if longer, within ``cap_seconds``."""
+    return min(max(wait_seconds, retry_after_seconds or 0.0), cap_seconds)
+
+
+POLL_GROWTH = 1.5
+"""How much longer each wait of a poll for a task's end is than the one before, up to its cap."""
+
+
+@attrs.define
+class PollBackoff:
+    """The waits between the polls of a wait for something to end (the A2A ``tasks/get``).
+
+    The first wait is ``interval_seconds``; each after it :data:`POLL_GROWTH`
+    times the one before, up to ``max_interval_seconds``, whether the polls
+    answer "not yet" or fail: a long task, or an agent that is down, is asked
+    less and less often. A ``Retry-After`` lengthens one wait, within the cap
+    (or the first interval, if that is longer).
+    """
+
+    _interval_seconds: float = attrs.field(alias="interval_seconds")
+    max_interval_seconds: float
+
+    def next_wait(self, retry_after_seconds: float | None = None) -> float:
+        """The wait before the next poll; the one after it grows."""
+        interval = self._interval_seconds
+        wait = _honouring(interval, retry_after_seconds, max(self.max_interval_seconds, interval))
+        self._interval_seconds = min(interval * POLL_GROWTH, self.max_interval_seconds)
+        return wait
 
 
 # A store put that finds the store unavailable (StoreUnavailableError: throttled,

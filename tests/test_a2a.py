@@ -29,10 +29,13 @@ from follower import (
     MemoryStore,
     TaskNotFoundError,
     TaskTimeoutError,
+    TurnExistsError,
     connect_agent,
+    follow_a2a_task,
     run_a2a_turn,
 )
 from follower._a2a import CANCEL_TASK_SECONDS
+from follower._a2a_turn import Message, TaskWait, _following, a2a_turn
 from follower.testing import ReferenceAgent, TaskScript
 
 from .support.virtual_time import virtual_time_backends
@@ -302,6 +305,22 @@ async def test_polls_back_off_to_the_longest_interval_until_the_deadline(answer:
     )
 
 
+@pytest.mark.parametrize(
+    ("retry_after", "polled_at"),
+    [("5", [0, 5, 6.5]), ("100", [0, 3, 4.5])],
+    ids=["honoured", "capped"],
+)
+async def test_a_retry_after_lengthens_one_wait_within_the_longest_interval(
+    retry_after: str, polled_at: list[float]
+) -> None:
+    throttled = httpx.Response(429, headers={"Retry-After": retry_after})
+    get = [throttled, result(task("working")), result(task("completed"))]
+    fake = FakeAgent(answers={"tasks/get": get})
+    final, _ = await wait(fake, max_interval_seconds=3.0 if retry_after == "100" else 10.0)
+    assert final.state == "completed"
+    assert [at for *_, at in fake.calls] == pytest.approx(polled_at)
+
+
 @pytest.mark.parametrize("state", ["input-required", "auth-required", "rejected", "failed"])
 async def test_the_wait_ends_when_the_turn_does(state: str) -> None:
     fake = FakeAgent(
@@ -436,3 +455,44 @@ async def test_no_cancel_is_sent_for_a_task_that_ended_or_never_started(ends: st
         assert (type(outcome), fake.methods) == (AgentUnavailableError, ["message/send"])
     else:
         assert (outcome.state, fake.methods) == ("completed", ["message/send", "tasks/get"])
+
+
+async def test_following_a_given_task_cancels_it_when_its_turn_cannot_be_entered() -> None:
+    agent, store = ReferenceAgent(script=LONG), MemoryStore()
+    for turn_id in ("t", "u"):
+        chunk = f"s/{turn_id}/live/00000000-00000001.jsonl"
+        await store.put(chunk, b"1\n", content_type="application/jsonl")
+    with anyio.fail_after(TEST_SECONDS):
+        async with (
+            agent.client() as client,
+            connect_agent(BASE, client=client) as a2a,
+            LiveTurns(ENDPOINT, store, "s/", poll_interval_seconds=1, client=client) as turns,
+        ):
+            started = await a2a.send_message("started elsewhere")
+            with pytest.raises(TurnExistsError):  # the store refuses the turn
+                await follow_a2a_task(a2a, turns, "t", started.id)
+            with pytest.raises(TurnExistsError):  # refused before anything is sent
+                await run_a2a_turn(a2a, turns, "u", "run")
+    assert (agent.statistics().tasks, agent.statistics().canceled_tasks) == (1, 1)
+
+
+async def test_a_turn_that_keeps_its_task_for_a_retry_never_cancels_it() -> None:
+    agent = ReferenceAgent(script=LONG)
+    judged: list[BaseException] = []
+
+    def keeps_task(exc: BaseException) -> bool:
+        judged.append(exc)
+        return True  # as a Temporal attempt that hands its turn off
+
+    with anyio.fail_after(TEST_SECONDS):
+        async with agent.client() as client, connect_agent(BASE, client=client) as a2a:
+            with pytest.raises(TaskTimeoutError):
+                await a2a_turn(
+                    a2a,
+                    _following(a2a, None, "t"),
+                    Message(text="run"),
+                    TaskWait(deadline_seconds=5),
+                    keeps_task=keeps_task,
+                )
+    assert [type(exc) for exc in judged] == [TaskTimeoutError]
+    assert (agent.statistics().tasks, agent.statistics().canceled_tasks) == (1, 0)

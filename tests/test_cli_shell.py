@@ -26,7 +26,7 @@ from follower import (
     TaskTimeoutError,
     connect_agent,
 )
-from follower._a2a import follow_a2a_task
+from follower._a2a_turn import follow_a2a_task
 from follower._cli import EXIT_ERROR, EXIT_INTERRUPTED
 from follower._demo import run_demo, serve_reference_agent
 from follower.testing import Fault, ReferenceAgent, TaskScript

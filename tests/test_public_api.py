@@ -76,6 +76,7 @@ DESIGN_NAMES = {
     "A2AAgent",
     "A2ATask",
     "connect_agent",
+    "follow_a2a_task",
     "run_a2a_turn",
 }
 

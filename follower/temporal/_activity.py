@@ -1,10 +1,12 @@
 """The ready-to-use activity: connect to an agent, run the step's turns, store their trajectories.
 
-Each turn is run as :func:`~follower.run_a2a_turn` runs one, with one
-difference the retries need: the agent's task is cancelled only when the turn
-ends for good. A handed-off turn's task keeps running, and the next attempt
-follows the same task on from what the store holds (its id from the turn's
-``task.json``, or from the last heartbeat when nothing was stored yet).
+Each turn is the library's one A2A turn (``follower._a2a_turn``, as
+:func:`~follower.run_a2a_turn` runs it), in the block of
+:meth:`StepAttempt.following`, with one difference the retries need: the
+agent's task is cancelled only when the turn ends for good. A handed-off turn's
+task keeps running, and the next attempt follows the same task on from what the
+store holds (its id from the turn's ``task.json``, or from the last heartbeat
+when nothing was stored yet).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import anyio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from .._a2a import cancel_task_quietly, connect_agent
+from .._a2a import connect_agent
+from .._a2a_turn import Message, TaskWait, a2a_turn
 from .._errors import FollowerError, InvalidArgumentError, InvalidKeyError
 from .._layout import TurnKeys
 from .._stored_turn import read_stored_turn
@@ -33,7 +36,7 @@ from .workflow_types import (
 )
 
 if TYPE_CHECKING:
-    from .._a2a import A2AAgent
+    from .._a2a import A2AAgent, A2ATask
     from .._step import LiveTurns
 
 
@@ -146,37 +149,36 @@ async def _run_turn(
 ) -> tuple[TurnResult, str | None]:
     with anyio.fail_after(STORED_TURN_READ_SECONDS):
         stored = await read_stored_turn(turns.store, TurnKeys(turns.prefix_key, turn.turn_id))
-    async with attempt.following(turn.turn_id) as live:
-        if stored.task is not None and stored.end is not None:
-            # An earlier attempt ended this turn: follow() only links it in the chain.
-            live.follow(stored.task.task_id)
-            end = stored.end
-            done = TurnResult(
-                turn.turn_id, stored.task.task_id, str(end.state), end.next, bool(end.complete)
-            )
-            return done, await _context_of(agent, stored.task.task_id, context_id)
-        task_id = stored.task.task_id if stored.task is not None else known_task_id
-        if task_id is None:
-            task = await agent.send_message(turn.text, context_id=context_id)
-            task_id, context_id = task.id, task.context_id or context_id
-        try:
-            live.follow(task_id)
-            final = await agent.wait_for_task(
-                task_id,
-                deadline_seconds=params.task_deadline_seconds,
-                poll_interval_seconds=params.task_poll_seconds,
-            )
-            live.ended(final.state)
-        except BaseException as exc:
-            # A handed-off turn's task goes on: the next attempt follows it on.
-            if not attempt.hand_off_unless_final(exc):
-                await cancel_task_quietly(agent, task_id)
-            raise
+    if stored.task is not None and stored.end is not None:
+        # An earlier attempt ended this turn: follow() only links it in the chain.
+        ended_id = stored.task.task_id
+        async with attempt.following(turn.turn_id) as live:
+            live.follow(ended_id)
+        end = stored.end
+        done = TurnResult(turn.turn_id, ended_id, str(end.state), end.next, bool(end.complete))
+        return done, await _context_of(agent, ended_id, context_id)
+    known = stored.task.task_id if stored.task is not None else known_task_id
+    sent: list[A2ATask] = []
+    final = await a2a_turn(
+        agent,
+        attempt.following(turn.turn_id),
+        known if known is not None else Message(text=turn.text, context_id=context_id),
+        TaskWait(
+            deadline_seconds=params.task_deadline_seconds,
+            poll_interval_seconds=params.task_poll_seconds,
+        ),
+        # A handed-off turn's task goes on: the next attempt follows it on.
+        keeps_task=attempt.hand_off_unless_final,
+        sent=sent.append,
+    )
+    task_id = sent[0].id if sent else known
+    assert task_id is not None  # sent, or known
     progress = attempt.exited_progress(turn.turn_id)
     result = TurnResult(
         turn.turn_id, task_id, final.state, progress.events_stored, progress.complete
     )
-    return result, final.context_id or context_id
+    started_in = sent[0].context_id if sent else None
+    return result, final.context_id or started_in or context_id
 
 
 async def _context_of(agent: A2AAgent, task_id: str, context_id: str | None) -> str | None:

@@ -2,7 +2,8 @@
 
 The step runs under :func:`~follower.temporal.run_cancel_safe`, so the
 activity's cancel ends it through anyio, cleanup included. Heartbeats run in
-an asyncio task beside it: each is a sync call that queues the details, so a
+an asyncio task beside it, owned by the attempt's block: cancelled and awaited
+before the activity returns. Each is a sync call that queues the details, so a
 heartbeat never waits on the step, nor the step on a heartbeat.
 """
 
@@ -11,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, final
 
+import attrs
 from temporalio import activity
 
 from .._endings import is_cancellation
 from .._errors import TurnStateError
 from .._layout import TurnKeys
+from .._public import NoPublicConstructor
 from .._step import LiveTurns
 from ._bridge import STEP_CLEANUP_SECONDS, run_cancel_safe
 from ._rule import cancel_ends_for_good, failure_ends_for_good
@@ -38,6 +41,8 @@ DEFAULT_HEARTBEAT_SECONDS = 10.0
 MIN_HEARTBEAT_SECONDS = 0.05
 MAX_HEARTBEAT_TURNS = 100
 """A heartbeat lists at most this many turns (the latest unfinished); it sums the rest."""
+HEARTBEAT_STOP_SECONDS = 1.0
+"""How long a step's end waits for its cancelled heartbeat task to end (a tick, as a rule)."""
 
 
 class _TurnBlock(Protocol):
@@ -50,22 +55,46 @@ class _TurnBlock(Protocol):
     def turn_progress(self) -> TurnProgress: ...
 
 
-class StepAttempt:
+@attrs.define
+class _Sums:
+    """How many turns, their events stored, and how many are complete."""
+
+    turns: int = 0
+    events_stored: int = 0
+    complete: int = 0
+
+    def add(self, progress: TurnProgress) -> None:
+        self.turns += 1
+        self.events_stored += progress.events_stored
+        self.complete += progress.complete
+
+    def plus(self, more: Iterable[TurnProgress]) -> _Sums:
+        sums = attrs.evolve(self)
+        for progress in more:
+            sums.add(progress)
+        return sums
+
+    def as_details(self) -> dict[str, int]:
+        return {"turns": self.turns, "events_stored": self.events_stored, "complete": self.complete}
+
+
+@final
+@attrs.define(eq=False)
+class StepAttempt(metaclass=NoPublicConstructor):
     """This attempt of the step: the turns it follows, and whether it hands them off.
 
-    Made by :func:`run_activity_step`. :meth:`live_turns` makes the step's
-    :class:`~follower.LiveTurns`, always with ``resume=True``, so a retried
-    attempt continues what an earlier one stored.
+    Made by :func:`run_activity_step`, never by users. :meth:`live_turns` makes
+    the step's :class:`~follower.LiveTurns`, always with ``resume=True``, so a
+    retried attempt continues what an earlier one stored.
     """
 
-    def __init__(self) -> None:
-        self.turns: LiveTurns | None = None
-        self.handing_off = False
-        # Turns opened through following() and not ended for good, in order: each one's
-        # progress, asked of its block. A turn that ended for good is only summed.
-        self._unfinished: dict[str, Callable[[], TurnProgress]] = {}
-        self._ended = _Sums()
-        self._exited: TurnProgress | None = None
+    turns: LiveTurns | None = attrs.field(default=None, init=False)
+    handing_off: bool = attrs.field(default=False, init=False)
+    # Turns opened through following() and not ended for good, in order: each one's
+    # progress, asked of its block. A turn that ended for good is only summed.
+    _unfinished: dict[str, Callable[[], TurnProgress]] = attrs.field(factory=dict, init=False)
+    _ended: _Sums = attrs.field(factory=_Sums, init=False)
+    _exited: TurnProgress | None = attrs.field(default=None, init=False)
 
     @asynccontextmanager
     async def live_turns(
@@ -197,34 +226,6 @@ class StepAttempt:
         return {"turns": [_details(p) for p in listed], "others": others.as_details()}
 
 
-class _Sums:
-    """How many turns, their events stored, and how many are complete."""
-
-    def __init__(self) -> None:
-        self.turns = 0
-        self.events_stored = 0
-        self.complete = 0
-
-    def add(self, progress: TurnProgress) -> None:
-        self.turns += 1
-        self.events_stored += progress.events_stored
-        self.complete += progress.complete
-
-    def plus(self, more: Iterable[TurnProgress]) -> _Sums:
-        sums = _Sums()
-        sums.turns, sums.events_stored, sums.complete = (
-            self.turns,
-            self.events_stored,
-            self.complete,
-        )
-        for progress in more:
-            sums.add(progress)
-        return sums
-
-    def as_details(self) -> dict[str, int]:
-        return {"turns": self.turns, "events_stored": self.events_stored, "complete": self.complete}
-
-
 def _details(progress: TurnProgress) -> dict[str, Any]:
     return {
         "turn_id": progress.turn_id,
@@ -257,7 +258,7 @@ async def run_activity_step(
     end-mark rule decides whether the turns end for good or are handed off to
     the next attempt (see ``follower.temporal._rule``).
     """
-    attempt = StepAttempt()
+    attempt = StepAttempt._create()
     interval = heartbeat_interval_seconds_for(heartbeat_interval_seconds)
 
     def on_cancel() -> None:
@@ -267,11 +268,44 @@ async def run_activity_step(
     async def run() -> T:
         return await step(attempt)
 
-    beats = asyncio.get_running_loop().create_task(_beat(attempt, interval))
-    try:
+    async with _heartbeating(attempt, interval):
         return await run_cancel_safe(run, on_cancel=on_cancel, cleanup_seconds=cleanup_seconds)
-    finally:
-        beats.cancel()
+
+
+@asynccontextmanager
+async def _heartbeating(attempt: StepAttempt, interval: float) -> AsyncIterator[None]:
+    """Heartbeats in a task beside the block, for as long as it runs: ended before it exits.
+
+    The block's outcome comes out once the beats have stopped; a cancel that
+    arrives while they stop comes out after them, unless the block raised.
+    """
+    beats = asyncio.get_running_loop().create_task(
+        _beat(attempt, interval), name="follower heartbeats"
+    )
+    try:
+        yield
+    except BaseException:
+        await _stopped(beats)  # the block's own exception goes on, as run_cancel_safe's
+        raise
+    cancel = await _stopped(beats)
+    if cancel is not None:
+        raise cancel
+
+
+async def _stopped(beats: asyncio.Task[None]) -> asyncio.CancelledError | None:
+    """Cancel the beats and wait for them to end, within a bound; a cancel of ours meanwhile."""
+    beats.cancel()
+    cancel: asyncio.CancelledError | None = None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + HEARTBEAT_STOP_SECONDS
+    while not beats.done() and loop.time() < deadline:
+        try:
+            await asyncio.wait([beats], timeout=max(0.0, deadline - loop.time()))
+        except asyncio.CancelledError as exc:
+            cancel = exc
+    if not beats.done():
+        logger.error("the heartbeats did not stop within %s s", HEARTBEAT_STOP_SECONDS)
+    return cancel
 
 
 async def _beat(attempt: StepAttempt, interval: float) -> None:

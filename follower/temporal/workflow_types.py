@@ -9,6 +9,7 @@ module (``follower.temporal``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import final
 
 RUN_A2A_STEP = "follower.run_a2a_step"
 """The name of the ready-to-use activity, :func:`follower.temporal.run_a2a_step`."""
@@ -20,6 +21,7 @@ Non-retryable: each workflow run needs a prefix of its own (docs/temporal.md).
 """
 
 
+@final
 @dataclass(frozen=True)
 class StoreSpec:
     """Where a step stores its turns, as a workflow can pass it: a kind, a location, options.
@@ -69,6 +71,7 @@ class StoreSpec:
         return cls(scheme, rest)
 
 
+@final
 @dataclass(frozen=True)
 class StepTurn:
     """One turn of the step: its id in the store, and the user message that starts it."""
@@ -77,6 +80,7 @@ class StepTurn:
     text: str
 
 
+@final
 @dataclass(frozen=True)
 class A2AStepParams:
     """The ready activity's input: the agent, the store, and the turns to run in order."""
@@ -92,6 +96,7 @@ class A2AStepParams:
     """None: a third of the activity's heartbeat timeout (or 10 s without one)."""
 
 
+@final
 @dataclass(frozen=True)
 class TurnResult:
     """How one turn ended: the A2A state of its task and what was stored of it."""
@@ -103,6 +108,7 @@ class TurnResult:
     complete: bool
 
 
+@final
 @dataclass(frozen=True)
 class A2AStepResult:
     turns: list[TurnResult]

@@ -7,6 +7,7 @@ asyncio only (temporalio is asyncio-only; the conftest sets the backend).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from datetime import timedelta
 from itertools import pairwise
@@ -133,8 +134,10 @@ async def test_the_ready_activity_never_walks_every_turn_of_the_step(
 
     def counted(turns: LiveTurns) -> Any:
         nonlocal walks
-        walks += 1
-        return progress(turns)
+        walked = progress(turns)
+        # A beat before the first turn is opened walks none (its cost does not grow).
+        walks += bool(walked)
+        return walked
 
     monkeypatch.setattr(LiveTurns, "progress", counted)
     agent = ReferenceAgent(script=TaskScript(events=1, interval_seconds=0.0))
@@ -196,4 +199,39 @@ async def test_a_handed_off_turn_stays_in_the_heartbeats_for_the_retry() -> None
     }
     retry = ActivityEnvironment()
     retry.info = dataclasses.replace(retry.info, attempt=2, heartbeat_details=[details])
-    assert retry.run(StepAttempt().previous_task_ids) == {"turn-1": "t1"}
+    assert retry.run(StepAttempt._create().previous_task_ids) == {"turn-1": "t1"}
+
+
+@pytest.mark.parametrize("ends", ["returns", "raises", "is-cancelled"])
+async def test_the_heartbeat_task_ends_with_the_activity(ends: str) -> None:
+    # Asked in the activity's own task the moment run_activity_step is done: a heartbeat
+    # task only cancelled, not awaited, is still pending then.
+    env = ActivityEnvironment()
+    beating = anyio.Event()
+    env.on_heartbeat = lambda *details: beating.set()
+    left: list[set[asyncio.Task[Any]]] = []
+
+    async def step(attempt: StepAttempt) -> str:
+        await beating.wait()
+        if ends == "raises":
+            raise RuntimeError("the step failed")
+        if ends == "is-cancelled":
+            env.cancel()
+            await anyio.sleep_forever()
+        return "done"
+
+    async def activity() -> str:
+        before = asyncio.all_tasks()
+        try:
+            return await run_activity_step(step, heartbeat_interval_seconds=0.01)
+        finally:
+            left.append(asyncio.all_tasks() - before)
+
+    with anyio.fail_after(10):
+        if ends == "returns":
+            assert await env.run(activity) == "done"
+        else:
+            expected = RuntimeError if ends == "raises" else asyncio.CancelledError
+            with pytest.raises(expected):
+                await env.run(activity)
+    assert left == [set()], "no task of the activity outlives it"
