@@ -52,7 +52,8 @@ from _measure import (
     text_table,
 )
 
-from follower import PoolBusyError, following_live_trajectory, live_trajectory_endpoint
+from follower import PoolBusyError, following_live_trajectory
+from follower.lowlevel import live_trajectory_endpoint
 
 # Private, for a benchmark only: the pool's size is what is being measured.
 from follower._clients import ClientPool, client_pool

@@ -12,18 +12,7 @@
     │   ├── AgentCardError           no agent card, or not a JSON object
     │   ├── A2AProtocolError         a JSON-RPC error, or an answer that is not one   .code
     │   ├── TaskTimeoutError         a task did not end within the turn's deadline
-    │   └── MalformedPageError       the answer is not a valid page   .after
-    │       ├── PageNotAnObjectError     not JSON, or not a JSON object
-    │       ├── PageFieldError           a field is missing or has the wrong type
-    │       ├── UnknownStateError        ``state`` is not one of the five states
-    │       ├── CursorMismatchError      ``next != after + len(events)``
-    │       ├── TaskMismatchError        ``task_id`` is not the one asked for
-    │       ├── NoProgressError          ``has_more`` on a page that does not advance
-    │       ├── PageTooLargeError        the body is larger than ``max_page_bytes``
-    │       ├── TooManyEventsError       more events than an agent may send in one page
-    │       ├── EventTooLargeError       one event larger than ``max_event_bytes``
-    │       ├── PageTooDeepError         nested deeper than ``MAX_JSON_DEPTH``
-    │       └── PageNumberError          a number JSON cannot hold exactly (NaN, 1e400...)
+    │   └── MalformedPageError       the answer is not a valid page   .reason .after
     ├── StoreError                   an object store misbehaved
     │   ├── ObjectExistsError        write-once: the key is already written
     │   │   └── ObjectConflictError      ... with other bytes than the put's
@@ -63,6 +52,7 @@ follower's loop like ``EndOfStream`` ends a stream's; it never leaves the librar
 
 from __future__ import annotations
 
+import enum
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from ._redact import scrub, scrub_value
@@ -220,76 +210,61 @@ class TaskTimeoutError(AgentError, TimeoutError):
     """The agent's task did not end within the turn's deadline."""
 
 
+class MalformedPageReason(enum.StrEnum):
+    """What is wrong with a page: :attr:`MalformedPageError.reason`; values are stable strings.
+
+    One error with a reason, not a class per fault: no caller handles one fault
+    apart from another (each ends following with the same log line), but a log,
+    a metric or a test can still tell them apart.
+    """
+
+    NOT_AN_OBJECT = "not_an_object"
+    """Not JSON, not a JSON object, or a body in an encoding that was not asked for."""
+    BAD_FIELD = "bad_field"
+    """A field is missing, has the wrong type, or is negative."""
+    UNKNOWN_STATE = "unknown_state"
+    """``state`` is not one of the five trajectory states."""
+    CURSOR_MISMATCH = "cursor_mismatch"
+    """The cursor does not add up: ``next != after + len(events)``."""
+    TASK_MISMATCH = "task_mismatch"
+    """``task_id`` is not the one asked for."""
+    NO_PROGRESS = "no_progress"
+    """``has_more`` on a page that does not advance the cursor."""
+    TOO_LARGE = "too_large"
+    """The body is larger than ``max_page_bytes`` (or would decode to far more); not loaded."""
+    TOO_MANY_EVENTS = "too_many_events"
+    """More events than an agent may send in one page (``MAX_PAGE_EVENTS``, 1000)."""
+    EVENT_TOO_LARGE = "event_too_large"
+    """One event, as compact JSON, is larger than ``max_event_bytes``."""
+    TOO_DEEP = "too_deep"
+    """Nested deeper than ``MAX_JSON_DEPTH`` levels; refused before decoding."""
+    BAD_NUMBER = "bad_number"
+    """A number JSON cannot carry exactly: ``NaN``, ``Infinity``, ``1e400``, or an integer
+    over Python's 4,300-digit limit."""
+
+
 class MalformedPageError(AgentError):
     """The agent answered 200, but not with a valid page.
 
-    ``after`` is the cursor of the read that brought it (None for an answer
-    that was no cursor read: an A2A call, the card).
+    ``reason`` (a :class:`MalformedPageReason`) says what is wrong; it compares
+    equal to its string value. ``after`` is the cursor of the read that brought
+    it (None for an answer that was no cursor read: an A2A call, the card).
     """
 
+    reason: MalformedPageReason
     after: int | None = None
 
     def __init__(
-        self, message: str, *, after: int | None = None, **context: Unpack[ErrorContext]
+        self,
+        message: str,
+        *,
+        reason: MalformedPageReason,
+        after: int | None = None,
+        **context: Unpack[ErrorContext],
     ) -> None:
         super().__init__(message, **context)
+        self.reason = MalformedPageReason(reason)
         self.after = after
-
-
-class PageNotAnObjectError(MalformedPageError):
-    """The body is not JSON, or not a JSON object."""
-
-
-class PageFieldError(MalformedPageError):
-    """A field of the page is missing or has the wrong type."""
-
-
-class UnknownStateError(MalformedPageError):
-    """The page's ``state`` is not one of the five trajectory states."""
-
-
-class CursorMismatchError(MalformedPageError):
-    """The page's cursor does not add up: ``next != after + len(events)``."""
-
-
-class TaskMismatchError(MalformedPageError):
-    """The page belongs to another task than the one asked for."""
-
-
-class NoProgressError(MalformedPageError):
-    """The page claims more events but does not advance the cursor."""
-
-
-class PageTooLargeError(MalformedPageError):
-    """The body is larger than ``max_page_bytes``; it was not loaded."""
-
-
-class _PageLimitError(MalformedPageError):
-    """A page over one of the page limits (refused before it is handed over or stored)."""
-
-
-class TooManyEventsError(_PageLimitError):
-    """The page holds more events than an agent may send in one (``MAX_PAGE_EVENTS``, 1000).
-
-    Refused before its events are built, handed over or stored.
-    """
-
-
-class EventTooLargeError(_PageLimitError):
-    """One event of the page, as compact JSON, is larger than ``max_event_bytes``."""
-
-
-class PageTooDeepError(_PageLimitError):
-    """The page nests deeper than ``MAX_JSON_DEPTH`` levels; refused before decoding."""
-
-
-class PageNumberError(_PageLimitError):
-    """The page holds a number JSON cannot carry exactly.
-
-    ``NaN`` and ``Infinity`` (not JSON), a float out of the double range
-    (``1e400``, which would become ``Infinity``), or an integer over Python's
-    4,300-digit limit.
-    """
 
 
 # --- the store's faults -------------------------------------------------------------

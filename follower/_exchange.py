@@ -26,8 +26,8 @@ from ._errors import (
     ErrorContext,
     FollowerError,
     InvalidArgumentError,
-    PageNotAnObjectError,
-    PageTooLargeError,
+    MalformedPageError,
+    MalformedPageReason,
     PoolBusyError,
     TaskNotFoundError,
     add_context,
@@ -161,7 +161,7 @@ async def exchange(
     after at most ``POOL_WAIT_SECONDS`` waiting for one (the library's transport
     never waits for one, and bounds the exchange itself). The body is read
     uncompressed (we ask for ``identity``), so ``max_body_bytes`` bounds what is held in memory;
-    a longer body raises :class:`~follower.PageTooLargeError` without being loaded.
+    a longer body raises :class:`~follower.MalformedPageError` (``too_large``) without being loaded.
     Raises :class:`~follower.AgentUnavailableError` for every transport failure or
     timeout, :class:`~follower.PoolBusyError` when our own pool had no connection in time,
     and :class:`~follower.ClientClosedError` when the client is (or was made) closed.
@@ -245,9 +245,10 @@ async def _send_capped(
     response = await client.send(request, stream=True, follow_redirects=False)
     try:
         if response.headers.get("content-encoding", "identity").lower() != "identity":
-            raise PageNotAnObjectError(
+            raise MalformedPageError(
                 f"{what}: the body is "
-                f"{response.headers['content-encoding']}-encoded, identity was asked"
+                f"{response.headers['content-encoding']}-encoded, identity was asked",
+                reason=MalformedPageReason.NOT_AN_OBJECT,
             )
         status = response.status_code
         if status == 200:
@@ -353,8 +354,9 @@ async def _read_capped(
 ) -> bytes:
     declared = response.headers.get("content-length")
     if not cut and declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PageTooLargeError(
-            f"{what}: the body of {declared[:20]} bytes is over the {limit}-byte cap; not loaded"
+        raise MalformedPageError(
+            f"{what}: the body of {declared[:20]} bytes is over the {limit}-byte cap; not loaded",
+            reason=MalformedPageReason.TOO_LARGE,
         )
     # Not decoded: non-identity encodings were refused, so the bytes counted are the
     # bytes held. The library's transport hands out its body to be read whole, with
@@ -363,7 +365,9 @@ async def _read_capped(
     if isinstance(body, ResponseBody) and not response.is_stream_consumed:
         data, over = await body.read_within(limit)
         if over is not None and not cut:
-            raise PageTooLargeError(f"{what}: the body is {over}; not loaded")
+            raise MalformedPageError(
+                f"{what}: the body is {over}; not loaded", reason=MalformedPageReason.TOO_LARGE
+            )
         return data
     parts: list[bytes] = []
     size = 0
@@ -377,8 +381,9 @@ async def _read_capped(
                 if cut:
                     parts.append(chunk[: limit - (size - len(chunk))])
                     break
-                raise PageTooLargeError(
-                    f"{what}: the body is over the {limit}-byte cap; not loaded"
+                raise MalformedPageError(
+                    f"{what}: the body is over the {limit}-byte cap; not loaded",
+                    reason=MalformedPageReason.TOO_LARGE,
                 )
             parts.append(chunk)
     return b"".join(parts)

@@ -119,8 +119,9 @@ class FollowOptions:
     but the drain after stop): past it, following ends as after a failed read
     after stop, and the step goes on.
 
-    Built by :func:`~follower.follow_trajectory`, :func:`~follower.following_live_trajectory`
-    and :class:`~follower.LiveTurns` from their keyword options; raises
+    Built by :func:`~follower.lowlevel.follow_trajectory`,
+    :func:`~follower.following_live_trajectory` and :class:`~follower.LiveTurns` from
+    their keyword options; raises
     :class:`~follower.InvalidArgumentError` at construction, before anything runs.
     """
 

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
-def name_as_public(package: str, namespace: dict[str, Any], names: list[str]) -> None:
-    """Give each of ``names`` defined in a private module of ``package`` the package's path.
+def name_as_public(module: str, namespace: dict[str, Any], names: Iterable[str]) -> None:
+    """Give each of ``names`` defined in a private module of the library ``module``'s path.
 
     Reprs, tracebacks, pickles and docs then say ``follower.LiveTurns``, not
-    ``follower._step.LiveTurns`` (trio does the same for its own names).
+    ``follower._step.LiveTurns`` (trio does the same for its own names). A
+    private module is one with a segment that starts with ``_``
+    (``follower._follow``, ``follower.testing._agent``), so a public module
+    (``follower.lowlevel``) may re-export names from any private one.
     """
+    root = module.partition(".")[0]
     for name in names:
         value = namespace[name]
-        if getattr(value, "__module__", "").startswith(package + "._"):
-            value.__module__ = package
+        home = getattr(value, "__module__", None)
+        if not isinstance(home, str) or home.partition(".")[0] != root:
+            continue
+        if any(part.startswith("_") for part in home.split(".")):
+            value.__module__ = module
 
 
 _T = TypeVar("_T")

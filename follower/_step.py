@@ -97,7 +97,7 @@ def following_live_trajectory(
     end mark then says the turn is not complete.
 
     ``max_page_bytes`` caps one read's body and ``max_event_bytes`` one event (as
-    compact JSON), as in :func:`~follower.follow_trajectory`: a page over either
+    compact JSON), as in :func:`~follower.lowlevel.follow_trajectory`: a page over either
     ends the turn's following with a typed error (logged), and is not stored.
 
     ``headers`` (a bearer token, say) are sent with every read, on top of the

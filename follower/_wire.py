@@ -8,23 +8,11 @@ from __future__ import annotations
 
 import enum
 import json
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, NamedTuple, TypedDict, final
 
 import attrs
 
-from ._errors import (
-    CursorMismatchError,
-    EventTooLargeError,
-    NoProgressError,
-    PageFieldError,
-    PageNotAnObjectError,
-    PageNumberError,
-    PageTooDeepError,
-    PageTooLargeError,
-    TaskMismatchError,
-    TooManyEventsError,
-    UnknownStateError,
-)
+from ._errors import MalformedPageError, MalformedPageReason
 from ._nesting import MAX_JSON_DEPTH, decoded_bytes_estimate, nests_too_deep
 from ._options import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_PAGE_BYTES
 
@@ -118,6 +106,7 @@ def _events_tuple(events: Any) -> tuple[Any, ...]:
     return tuple(events)
 
 
+@final
 @attrs.frozen
 class TrajectoryBatch:
     """One page of events handed to a sink: events ``after`` .. ``next - 1``.
@@ -142,6 +131,7 @@ class TrajectoryBatch:
             raise ValueError(f"next={value} but after={self.after} + {len(self.events)} events")
 
 
+@final
 @attrs.frozen
 class Page:
     """A validated answer to one cursor read."""
@@ -184,7 +174,7 @@ class Page:
     ) -> Page:
         """Parse and validate the answer to a read of ``task_id`` from ``after``.
 
-        Raises a :class:`~follower.MalformedPageError` subclass naming what is wrong.
+        Raises :class:`~follower.MalformedPageError`, whose ``reason`` names what is wrong.
         Measured before decoding: the nesting depth, and, for a large body, the
         size it would decode to (within ``DECODED_PAGE_FACTOR`` x ``max_page_bytes``).
         Numbers must be ones JSON carries exactly (docs/protocol.md, "Numbers").
@@ -193,35 +183,51 @@ class Page:
         data_bytes = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
         where = f"page for task {task_id!r} at after={after}"
         if nests_too_deep(data_bytes):
-            raise PageTooDeepError(
-                f"{where} nests deeper than {MAX_JSON_DEPTH} levels", task_id=task_id, after=after
+            raise MalformedPageError(
+                f"{where} nests deeper than {MAX_JSON_DEPTH} levels",
+                task_id=task_id,
+                after=after,
+                reason=MalformedPageReason.TOO_DEEP,
             )
         if len(data_bytes) > LARGE_PAGE_BYTES:
             estimate = decoded_bytes_estimate(data_bytes)
             if estimate > DECODED_PAGE_FACTOR * max_page_bytes:
-                raise PageTooLargeError(
+                raise MalformedPageError(
                     f"{where} would decode to about {estimate} bytes, over "
                     f"{DECODED_PAGE_FACTOR} x the {max_page_bytes}-byte cap; not decoded",
                     task_id=task_id,
                     after=after,
+                    reason=MalformedPageReason.TOO_LARGE,
                 )
         try:
             data = loads_strict_json(body)
         except NumberRefused as exc:
-            raise PageNumberError(f"{where}: {exc}", task_id=task_id, after=after) from None
+            raise MalformedPageError(
+                f"{where}: {exc}",
+                task_id=task_id,
+                after=after,
+                reason=MalformedPageReason.BAD_NUMBER,
+            ) from None
         except ValueError as exc:
             if "integer string conversion" in str(exc):  # over sys.get_int_max_str_digits()
-                raise PageNumberError(
+                raise MalformedPageError(
                     f"{where} holds an integer of more digits than Python converts exactly",
                     task_id=task_id,
                     after=after,
+                    reason=MalformedPageReason.BAD_NUMBER,
                 ) from None
-            raise PageNotAnObjectError(
-                f"{where} is not JSON: {exc}", task_id=task_id, after=after
+            raise MalformedPageError(
+                f"{where} is not JSON: {exc}",
+                task_id=task_id,
+                after=after,
+                reason=MalformedPageReason.NOT_AN_OBJECT,
             ) from exc
         except RecursionError as exc:  # pragma: no cover - measured above; kept as a last guard
-            raise PageNotAnObjectError(
-                f"{where} is not JSON: {exc}", task_id=task_id, after=after
+            raise MalformedPageError(
+                f"{where} is not JSON: {exc}",
+                task_id=task_id,
+                after=after,
+                reason=MalformedPageReason.NOT_AN_OBJECT,
             ) from exc
         page = cls.from_object(data, task_id=task_id, after=after, body_bytes=len(data_bytes))
         if len(data_bytes) > max_event_bytes:  # only then can one event be over the cap
@@ -233,41 +239,52 @@ class Page:
         """Validate an already-decoded JSON value as a page (``body_bytes`` long as read)."""
         read = _Read(task_id, after)
         if not isinstance(data, dict):
-            raise PageNotAnObjectError(
-                f"{read} is a JSON {type(data).__name__}, not an object", **read.context
+            raise MalformedPageError(
+                f"{read} is a JSON {type(data).__name__}, not an object",
+                **read.context,
+                reason=MalformedPageReason.NOT_AN_OBJECT,
             )
         got_task = _field(data, "task_id", str, read)
         if got_task != task_id:
-            raise TaskMismatchError(
+            raise MalformedPageError(
                 f"asked for task {task_id!r} at after={after}, got a page of task {got_task!r}",
                 **read.context,
+                reason=MalformedPageReason.TASK_MISMATCH,
             )
         context_id = _field(data, "context_id", str, read, nullable=True, required=False)
         raw_state = _field(data, "state", str, read)
         try:
             state = TrajectoryState(raw_state)
         except ValueError:
-            raise UnknownStateError(
-                f"{read} has unknown state {raw_state!r:.100}", **read.context
+            raise MalformedPageError(
+                f"{read} has unknown state {raw_state!r:.100}",
+                **read.context,
+                reason=MalformedPageReason.UNKNOWN_STATE,
             ) from None
         fmt = _field(data, "format", str, read, nullable=True, required=False)
         events = _field(data, "events", list, read)
         if len(events) > MAX_PAGE_EVENTS:
-            raise TooManyEventsError(
+            raise MalformedPageError(
                 f"{read} holds {len(events)} events, "
                 f"over the {MAX_PAGE_EVENTS} an agent may send in one page",
                 **read.context,
+                reason=MalformedPageReason.TOO_MANY_EVENTS,
             )
         nxt = _field(data, "next", int, read)
         has_more = _field(data, "has_more", bool, read)
         if nxt != after + len(events):
-            raise CursorMismatchError(
+            raise MalformedPageError(
                 f"page for task {task_id!r} read after={after} with {len(events)} events "
                 f"but says next={nxt}",
                 **read.context,
+                reason=MalformedPageReason.CURSOR_MISMATCH,
             )
         if has_more and not events:
-            raise NoProgressError(f"{read} claims more events but has none", **read.context)
+            raise MalformedPageError(
+                f"{read} claims more events but has none",
+                **read.context,
+                reason=MalformedPageReason.NO_PROGRESS,
+            )
         return cls(
             task_id=got_task,
             context_id=context_id,
@@ -286,12 +303,13 @@ def _check_event_sizes(events: tuple[Any, ...], limit: int, task_id: str, after:
     for index, event in enumerate(events):
         size = len(encode(event))
         if size > limit:
-            raise EventTooLargeError(
+            raise MalformedPageError(
                 f"page for task {task_id!r} at after={after}: event {after + index} is "
                 f"{size} bytes of JSON, "
                 f"over the {limit}-byte cap (max_event_bytes)",
                 task_id=task_id,
                 after=after,
+                reason=MalformedPageReason.EVENT_TOO_LARGE,
             )
 
 
@@ -325,17 +343,26 @@ def _field(
 ) -> Any:
     if name not in data:
         if required:
-            raise PageFieldError(f"{read} has no {name!r} field", **read.context)
+            raise MalformedPageError(
+                f"{read} has no {name!r} field",
+                **read.context,
+                reason=MalformedPageReason.BAD_FIELD,
+            )
         return None
     value = data[name]
     if value is None and nullable:
         return None
     # JSON true/false decode to bool, a subclass of int: an int field must not take them.
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise PageFieldError(
+        raise MalformedPageError(
             f"{read}: field {name!r} is a {type(value).__name__}, expected {kind.__name__}",
             **read.context,
+            reason=MalformedPageReason.BAD_FIELD,
         )
     if isinstance(value, int) and value < 0:
-        raise PageFieldError(f"{read}: field {name!r} is negative: {value}", **read.context)
+        raise MalformedPageError(
+            f"{read}: field {name!r} is negative: {value}",
+            **read.context,
+            reason=MalformedPageReason.BAD_FIELD,
+        )
     return value

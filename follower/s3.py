@@ -5,7 +5,7 @@
 
 from ._s3 import S3Store as S3Store
 
-__all__ = ["S3Store"]
+__all__ = ("S3Store",)
 
 # Reprs, tracebacks and docs name the public path.
 S3Store.__module__ = __name__

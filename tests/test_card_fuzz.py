@@ -26,7 +26,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import follower._discovery
-from follower import live_trajectory_endpoint
+from follower.lowlevel import live_trajectory_endpoint
 
 from .support.hypothesis_profiles import property_settings
 

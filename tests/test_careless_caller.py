@@ -21,15 +21,14 @@ from follower import (
     AgentCardError,
     InvalidArgumentError,
     InvalidKeyError,
-    LiveTrajectoryChunks,
     LiveTurns,
     MemoryStore,
-    TrajectoryBatch,
     TrajectoryState,
     TurnStateError,
     UsageError,
     following_live_trajectory,
 )
+from follower.lowlevel import LiveTrajectoryChunks, TrajectoryBatch
 
 pytestmark = pytest.mark.anyio
 

@@ -21,7 +21,7 @@ import anyio
 import attrs
 import pytest
 
-from follower import FilesystemStore, LiveTrajectoryChunks, TrajectoryBatch, TrajectoryState
+from follower import FilesystemStore, TrajectoryState
 from follower._chunks import write_next_turn
 from follower._cli import (
     EXIT_BAD_STORE,
@@ -35,6 +35,7 @@ from follower._cli import (
 )
 from follower._layout import TurnKeys
 from follower._wire import TRAJECTORY_EXTENSION_URI
+from follower.lowlevel import LiveTrajectoryChunks, TrajectoryBatch
 from follower.testing import ReferenceAgent, TaskScript
 
 from .support.cli import (

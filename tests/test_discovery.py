@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from follower import live_trajectory_endpoint
+from follower.lowlevel import live_trajectory_endpoint
 
 URI = "urn:agentenv:trajectory/v1"
 AGENT = "http://a/"

@@ -164,6 +164,7 @@ def test_an_included_file_is_run_by_the_test_its_marker_names(block: Block) -> N
 
 API_PAGES = {
     "follower": "docs/api/follower.md",
+    "follower.lowlevel": "docs/api/lowlevel.md",
     "follower.testing": "docs/api/testing.md",
     "follower.s3": "docs/api/s3.md",
     "follower.temporal": "docs/api/temporal.md",

@@ -28,13 +28,11 @@ from follower import (
     A2AProtocolError,
     AgentError,
     LiveTurns,
+    MalformedPageError,
     MemoryStore,
-    TaskMismatchError,
-    TrajectoryBatch,
-    UnknownStateError,
     connect_agent,
-    follow_trajectory,
 )
+from follower.lowlevel import TrajectoryBatch, follow_trajectory
 from follower.testing import ReferenceAgent, TaskScript
 from follower.testing._asgi import JSON, read_body, respond
 from tests.support.cli import run_cli_async, serving
@@ -195,7 +193,7 @@ async def ignore(batch: TrajectoryBatch) -> None:
 @pytest.mark.parametrize("given", GIVEN)
 @pytest.mark.parametrize(
     ("where", "error"),
-    [("state", UnknownStateError), ("task_id", TaskMismatchError), ("error-body", AgentError)],
+    [("state", MalformedPageError), ("task_id", MalformedPageError), ("error-body", AgentError)],
 )
 async def test_a_page_that_echoes_the_credentials_never_shows_them(
     given: str, where: str, error: type[Exception], caplog: pytest.LogCaptureFixture

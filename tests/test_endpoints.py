@@ -11,13 +11,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from follower import (
-    InvalidArgumentError,
-    LiveTurns,
-    MemoryStore,
-    follow_trajectory,
-    following_live_trajectory,
-)
+from follower import InvalidArgumentError, LiveTurns, MemoryStore, following_live_trajectory
+from follower.lowlevel import follow_trajectory
 
 pytestmark = pytest.mark.anyio
 

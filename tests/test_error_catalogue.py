@@ -36,24 +36,16 @@ from follower import (
     AgentUnavailableError,
     ClientClosedError,
     CorruptObjectError,
-    CursorMismatchError,
-    EventTooLargeError,
     FilesystemStore,
     FollowerError,
     InvalidArgumentError,
     InvalidKeyError,
-    LiveTrajectoryChunks,
     MalformedPageError,
+    MalformedPageReason,
     MemoryStore,
-    NoProgressError,
     ObjectConflictError,
     ObjectExistsError,
     ObjectNotFoundError,
-    PageFieldError,
-    PageNotAnObjectError,
-    PageNumberError,
-    PageTooDeepError,
-    PageTooLargeError,
     PoolBusyError,
     ReaderIdleError,
     StoreAccessDeniedError,
@@ -61,23 +53,19 @@ from follower import (
     StoreEscapeError,
     StoreNotFoundError,
     StoreUnavailableError,
-    TaskMismatchError,
     TaskNotFoundError,
     TaskTimeoutError,
-    TooManyEventsError,
-    TrajectoryBatch,
     TrajectoryState,
     TurnConflictError,
     TurnExistsError,
     TurnStateError,
-    UnknownStateError,
     UsageError,
     connect_agent,
-    follow_trajectory,
     following_live_trajectory,
     read_live_trajectory,
 )
 from follower._errors import add_context
+from follower.lowlevel import LiveTrajectoryChunks, TrajectoryBatch, follow_trajectory
 
 from .support.http_requests import read_request
 
@@ -89,7 +77,7 @@ PREFIX = "step/"
 LIVE = f"{PREFIX}{TURN}/live/"
 JSON_TYPE = "application/json"
 # Classes no library code raises bare: each case of a subclass is one of theirs.
-NEVER_RAISED_BARE = frozenset({FollowerError, AgentError, MalformedPageError, ObjectExistsError})
+NEVER_RAISED_BARE = frozenset({FollowerError, AgentError, ObjectExistsError})
 # The attributes every error carries, and those some classes add.
 CONTEXT = ("task_id", "turn_id", "url", "key")
 
@@ -213,29 +201,29 @@ def case(
     return register
 
 
-def page_case(error: type[MalformedPageError], answer: Answer, **options: Any) -> None:
-    """A page error: follow_trajectory refuses the answer to its first read."""
+def page_case(reason: MalformedPageReason, answer: Answer, **options: Any) -> None:
+    """A malformed page of ``reason``: follow_trajectory refuses the answer to its first read."""
 
     async def trigger(expected: dict[str, Any]) -> None:
         async with agent_answering(answer) as url:
             expected["url"] = url + "/ext/trajectory"
             await follow(url + "/ext/trajectory", **options)
 
-    trigger.__name__ = "follow_trajectory"
-    case(error, named=("task_id",), task_id=TASK, after=0)(trigger)
+    trigger.__name__ = f"follow_trajectory_{reason.value}"
+    case(MalformedPageError, named=("task_id",), task_id=TASK, after=0, reason=reason)(trigger)
 
 
-page_case(PageNotAnObjectError, ok(b"not json"))
-page_case(PageFieldError, page(state=None))
-page_case(UnknownStateError, page(state="sleeping"))
-page_case(CursorMismatchError, page(events=[1], next=5))
-page_case(TaskMismatchError, page(task_id="t2"))
-page_case(NoProgressError, page(state="running", has_more=True))
-page_case(PageTooLargeError, page(events=["x" * 200], next=1), max_page_bytes=100)
-page_case(TooManyEventsError, page(events=[0] * 1001, next=1001))
-page_case(EventTooLargeError, page(events=["x" * 100], next=1), max_event_bytes=50)
-page_case(PageTooDeepError, ok(b"[" * 200 + b"]" * 200))
-page_case(PageNumberError, ok(b'{"task_id":"t1","events":[NaN]}'))
+page_case(MalformedPageReason.NOT_AN_OBJECT, ok(b"not json"))
+page_case(MalformedPageReason.BAD_FIELD, page(state=None))
+page_case(MalformedPageReason.UNKNOWN_STATE, page(state="sleeping"))
+page_case(MalformedPageReason.CURSOR_MISMATCH, page(events=[1], next=5))
+page_case(MalformedPageReason.TASK_MISMATCH, page(task_id="t2"))
+page_case(MalformedPageReason.NO_PROGRESS, page(state="running", has_more=True))
+page_case(MalformedPageReason.TOO_LARGE, page(events=["x" * 200], next=1), max_page_bytes=100)
+page_case(MalformedPageReason.TOO_MANY_EVENTS, page(events=[0] * 1001, next=1001))
+page_case(MalformedPageReason.EVENT_TOO_LARGE, page(events=["x" * 100], next=1), max_event_bytes=50)
+page_case(MalformedPageReason.TOO_DEEP, ok(b"[" * 200 + b"]" * 200))
+page_case(MalformedPageReason.BAD_NUMBER, ok(b'{"task_id":"t1","events":[NaN]}'))
 
 
 @case(AgentRefusedError, named=("url", "task_id"), task_id=TASK, status_code=400)
@@ -611,7 +599,13 @@ def test_every_exported_error_has_a_case() -> None:
 def test_every_exported_error_pickles_with_its_attributes() -> None:
     for cls in exported_errors():
         values: dict[str, Any] = {name: f"{name} value" for name in CONTEXT}
-        own = {"status_code": 418, "retry_after_seconds": 2.5, "code": -1, "after": 3}
+        own = {
+            "status_code": 418,
+            "retry_after_seconds": 2.5,
+            "code": -1,
+            "after": 3,
+            "reason": MalformedPageReason.BAD_FIELD,
+        }
         keywords = values | {n: own[n] for n in all_attributes(cls) if n in own}
         exc = cls("what\nhappened", **keywords)
         copy = pickle.loads(pickle.dumps(exc))
@@ -630,7 +624,9 @@ def test_context_is_filled_once_never_replaced_and_the_error_is_the_same() -> No
     assert (exc.key, exc.turn_id, exc.task_id) == ("a", "t", None)
     assert exc.__cause__ is cause
     assert type(exc) is ObjectNotFoundError
-    page_error = PageFieldError("page for task 't1' at after=2 has no 'state' field")
+    page_error = MalformedPageError(
+        "page for task 't1' at after=2 has no 'state' field", reason=MalformedPageReason.BAD_FIELD
+    )
     add_context(page_error, after=2, url="http://agent.test/")
     assert (page_error.after, page_error.url) == (2, "http://agent.test/")
     not_ours = ValueError("x")
@@ -657,7 +653,7 @@ def test_errors_raised_as_a_callers_store_raises_them_keep_working() -> None:
     assert own.key is None
     assert add_context(own, key="a", turn_id="t") is own
     assert (own.key, own.turn_id, own.task_id) == ("a", "t", None)
-    page = PageFieldError.__new__(PageFieldError)
+    page = MalformedPageError.__new__(MalformedPageError)
     assert add_context(page, after=3).after == 3
 
 
@@ -708,5 +704,5 @@ async def test_a_turn_refuses_an_event_over_its_max_event_bytes(
     assert not any(key.endswith(".jsonl") for key in keys)
     assert (end["next"], end["complete"]) == (0, False)
     assert len(logged) == 1
-    assert "EventTooLargeError" in logged[0]
+    assert "MalformedPageError" in logged[0]
     assert "over the 101-byte cap (max_event_bytes)" in logged[0]

@@ -112,3 +112,11 @@ def test_the_attributes_table_lists_what_each_class_adds() -> None:
     }
     assert documented == actual
     assert set(actual["FollowerError"]) == {"task_id", "turn_id", "url", "key"}
+
+
+def test_every_malformed_page_reason_has_a_row_and_every_row_is_a_reason() -> None:
+    text = section(page_text(), "## The agent's faults")
+    start = text.index("**Malformed pages.**")
+    rows = table_rows(text[start:])
+    documented = [re.findall(r"`(\w+)`", row[0])[0] for row in rows]
+    assert documented == [reason.value for reason in follower.MalformedPageReason]

@@ -24,21 +24,14 @@ import pytest
 
 from follower import (
     AgentRefusedError,
-    CursorMismatchError,
     MalformedPageError,
-    NoProgressError,
-    PageFieldError,
-    PageNotAnObjectError,
-    PageTooLargeError,
-    TaskMismatchError,
-    TrajectoryBatch,
+    MalformedPageReason,
     TrajectoryState,
-    UnknownStateError,
     _follow,
-    follow_trajectory,
 )
 from follower._follow import BACKLOG_PAGE_BYTES, NOT_FOUND_GRACE_SECONDS, NOT_FOUND_RETRY_SECONDS
 from follower._retries import retry_delay
+from follower.lowlevel import TrajectoryBatch, follow_trajectory
 
 from .support.agents import ENDPOINT, RecordingSink, ScriptedAgent
 from .support.virtual_time import virtual_time_backends
@@ -562,16 +555,19 @@ async def test_cursor_past_the_agents_end_raises_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    ("answer", "error"),
+    ("answer", "reason"),
     [
-        ("not json at all", PageNotAnObjectError),
-        ("[1, 2]", PageNotAnObjectError),
-        (page(1, ["b"], next=7), CursorMismatchError),
-        (page(1, ["b"], task_id="t2"), TaskMismatchError),
-        (page(1, ["b"], state="paused"), UnknownStateError),
-        (page(1, [], has_more=True), NoProgressError),
-        ({k: v for k, v in page(1, ["b"]).items() if k != "has_more"}, PageFieldError),
-        pytest.param(page(1, ["b" * 5000]), PageTooLargeError, marks=HALF_READ_BODY),
+        ("not json at all", MalformedPageReason.NOT_AN_OBJECT),
+        ("[1, 2]", MalformedPageReason.NOT_AN_OBJECT),
+        (page(1, ["b"], next=7), MalformedPageReason.CURSOR_MISMATCH),
+        (page(1, ["b"], task_id="t2"), MalformedPageReason.TASK_MISMATCH),
+        (page(1, ["b"], state="paused"), MalformedPageReason.UNKNOWN_STATE),
+        (page(1, [], has_more=True), MalformedPageReason.NO_PROGRESS),
+        (
+            {k: v for k, v in page(1, ["b"]).items() if k != "has_more"},
+            MalformedPageReason.BAD_FIELD,
+        ),
+        pytest.param(page(1, ["b" * 5000]), MalformedPageReason.TOO_LARGE, marks=HALF_READ_BODY),
     ],
     ids=[
         "not-json",
@@ -585,14 +581,15 @@ async def test_cursor_past_the_agents_end_raises_refused() -> None:
     ],
 )
 async def test_malformed_page_raises_its_error_after_handing_over_the_valid_ones(
-    answer: str | dict[str, Any], error: type[MalformedPageError]
+    answer: str | dict[str, Any], reason: MalformedPageReason
 ) -> None:
     agent = agent_with_t1("a")
     with anyio.fail_after(100):
         async with following(agent.client(), max_page_bytes=1000) as run:
             await agent.wait_reads(1)
             agent.faults.append((200, answer))
-    assert type(run.error) is error
+    assert isinstance(run.error, MalformedPageError)
+    assert run.error.reason is reason
     assert [read.after for read in agent.reads] == [0, 1]  # not read again
     assert run.sink.batches == [batch(0, ["a"])]
 

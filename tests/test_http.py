@@ -34,17 +34,11 @@ from follower import (
     AgentError,
     AgentRefusedError,
     AgentUnavailableError,
-    CursorMismatchError,
     FollowerError,
     MalformedPageError,
-    NoProgressError,
-    PageFieldError,
-    PageNotAnObjectError,
-    PageTooLargeError,
-    TaskMismatchError,
+    MalformedPageReason,
     TaskNotFoundError,
     TrajectoryState,
-    UnknownStateError,
 )
 from follower._clients import (
     FOLLOWERS_PER_PROXIED_CLIENT,
@@ -59,6 +53,7 @@ from follower._transport import AgentClient
 from follower._wire import Page
 
 from .support.agents import ENDPOINT, ScriptedAgent
+from .support.malformed import raises_malformed
 from .support.virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
@@ -205,13 +200,22 @@ async def test_200_page_that_has_more_and_a_last_page() -> None:
 
 
 async def failed_read(
-    client: httpx.AsyncClient, error: type[Exception], after: int = 0, **options: Any
+    client: httpx.AsyncClient,
+    error: type[Exception] | MalformedPageReason,
+    after: int = 0,
+    **options: Any,
 ) -> Any:
-    """What a read of task t1 from ``after`` raises; the test fails unless it is ``error``."""
+    """What a read of task t1 from ``after`` raises; the test fails unless it is ``error``.
+
+    A reason stands for the malformed-page error of that reason.
+    """
+    expected = MalformedPageError if isinstance(error, MalformedPageReason) else error
     with anyio.fail_after(10):
         async with client:
-            with pytest.raises(error) as caught:
+            with pytest.raises(expected) as caught:
                 await read_page(client, ENDPOINT, "t1", after, **options)
+    if isinstance(error, MalformedPageReason):
+        assert caught.value.reason is error
     return caught.value
 
 
@@ -332,7 +336,7 @@ async def test_declared_length_over_the_cap_is_refused_unread() -> None:
 
     with anyio.fail_after(10):
         async with mock_client(handler) as client:
-            with pytest.raises(PageTooLargeError):
+            with raises_malformed(MalformedPageReason.TOO_LARGE):
                 await read_page(client, ENDPOINT, "t1", 0, max_page_bytes=len(body) - 1)
     assert stream.yielded == 0
     assert stream.closed
@@ -347,7 +351,9 @@ async def test_streamed_body_over_the_cap_is_refused_when_it_passes_it() -> None
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, stream=stream)
 
-    error = await failed_read(mock_client(handler), PageTooLargeError, max_page_bytes=2000)
+    error = await failed_read(
+        mock_client(handler), MalformedPageReason.TOO_LARGE, max_page_bytes=2000
+    )
     assert isinstance(error, MalformedPageError)
     # 2000 bytes is passed inside the 4th chunk of 512: no chunk after it was read.
     assert stream.yielded == 4 < len(chunks)
@@ -366,7 +372,7 @@ async def test_body_exactly_at_the_cap_is_read(declared: bool) -> None:
     with anyio.fail_after(10):
         async with mock_client(handler) as client:
             page = await read_page(client, ENDPOINT, "t1", 0, max_page_bytes=len(body))
-            with pytest.raises(PageTooLargeError):
+            with raises_malformed(MalformedPageReason.TOO_LARGE):
                 await read_page(client, ENDPOINT, "t1", 0, max_page_bytes=len(body) - 1)
     assert page.events == tuple(range(50))
 
@@ -387,7 +393,7 @@ async def test_compressed_body_is_refused_without_being_decoded() -> None:
         async with mock_client(handler) as client:
             tracemalloc.start()
             try:
-                with pytest.raises(PageNotAnObjectError, match="gzip"):
+                with raises_malformed(MalformedPageReason.NOT_AN_OBJECT, match="gzip"):
                     await read_page(client, ENDPOINT, "t1", 0, max_page_bytes=cap)
                 _, peak = tracemalloc.get_traced_memory()
             finally:
@@ -428,20 +434,20 @@ async def test_body_read_whole_leaves_no_generator_to_the_collector(status: int)
 @pytest.mark.parametrize(
     ("body", "error"),
     [
-        (b"<html>bad gateway</html>", PageNotAnObjectError),
-        (b"\xff\xfe not utf-8", PageNotAnObjectError),
-        (b"[1, 2, 3]", PageNotAnObjectError),
-        (b"null", PageNotAnObjectError),
-        (page_body(events=["a"], next=5), CursorMismatchError),
-        (page_body(task_id="t2"), TaskMismatchError),
-        (page_body(state="paused"), UnknownStateError),
-        (page_body(has_more=True), NoProgressError),
-        ({k: v for k, v in page_body().items() if k != "next"}, PageFieldError),
-        ({k: v for k, v in page_body().items() if k != "events"}, PageFieldError),
-        (page_body(next="0"), PageFieldError),
-        (page_body(next=True), PageFieldError),
-        (page_body(has_more="no"), PageFieldError),
-        ({**page_body(), "events": {"a": 1}}, PageFieldError),
+        (b"<html>bad gateway</html>", MalformedPageReason.NOT_AN_OBJECT),
+        (b"\xff\xfe not utf-8", MalformedPageReason.NOT_AN_OBJECT),
+        (b"[1, 2, 3]", MalformedPageReason.NOT_AN_OBJECT),
+        (b"null", MalformedPageReason.NOT_AN_OBJECT),
+        (page_body(events=["a"], next=5), MalformedPageReason.CURSOR_MISMATCH),
+        (page_body(task_id="t2"), MalformedPageReason.TASK_MISMATCH),
+        (page_body(state="paused"), MalformedPageReason.UNKNOWN_STATE),
+        (page_body(has_more=True), MalformedPageReason.NO_PROGRESS),
+        ({k: v for k, v in page_body().items() if k != "next"}, MalformedPageReason.BAD_FIELD),
+        ({k: v for k, v in page_body().items() if k != "events"}, MalformedPageReason.BAD_FIELD),
+        (page_body(next="0"), MalformedPageReason.BAD_FIELD),
+        (page_body(next=True), MalformedPageReason.BAD_FIELD),
+        (page_body(has_more="no"), MalformedPageReason.BAD_FIELD),
+        ({**page_body(), "events": {"a": 1}}, MalformedPageReason.BAD_FIELD),
     ],
     ids=[
         "not-json",
@@ -461,7 +467,7 @@ async def test_body_read_whole_leaves_no_generator_to_the_collector(status: int)
     ],
 )
 async def test_malformed_page_raises_its_typed_error(
-    body: bytes | dict[str, Any], error: type[MalformedPageError]
+    body: bytes | dict[str, Any], error: MalformedPageReason
 ) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         if isinstance(body, bytes):

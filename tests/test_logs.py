@@ -17,14 +17,8 @@ import anyio
 import httpx
 import pytest
 
-from follower import (
-    A2AAgent,
-    MemoryStore,
-    _follow,
-    _retries,
-    follow_trajectory,
-    following_live_trajectory,
-)
+from follower import A2AAgent, MemoryStore, _follow, _retries, following_live_trajectory
+from follower.lowlevel import follow_trajectory
 
 from .support.agents import ENDPOINT, RecordingSink
 from .support.virtual_time import virtual_time_backends

@@ -17,7 +17,7 @@ import anyio
 import httpx
 import pytest
 
-from follower import LiveTrajectoryChunks, TrajectoryBatch, follow_trajectory
+from follower.lowlevel import LiveTrajectoryChunks, TrajectoryBatch, follow_trajectory
 
 pytestmark = pytest.mark.anyio
 

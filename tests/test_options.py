@@ -14,12 +14,11 @@ from follower import (
     InvalidArgumentError,
     LiveTurns,
     MemoryStore,
-    TrajectoryBatch,
-    follow_trajectory,
     following_live_trajectory,
     read_live_trajectory,
 )
 from follower._options import FollowOptions
+from follower.lowlevel import TrajectoryBatch, follow_trajectory
 
 ENDPOINT = "http://agent.test/ext/trajectory"
 

@@ -16,22 +16,14 @@ import anyio
 import httpx
 import pytest
 
-from follower import (
-    CorruptObjectError,
-    EventTooLargeError,
-    LiveTrajectoryChunks,
-    MalformedPageError,
-    MemoryStore,
-    PageNumberError,
-    PageTooDeepError,
-    PageTooLargeError,
-    TooManyEventsError,
-    TrajectoryBatch,
-)
+from follower import CorruptObjectError, MalformedPageError, MalformedPageReason, MemoryStore
 from follower._exchange import read_page
 from follower._layout import decode_events, decode_json_object, encode_events
 from follower._nesting import MAX_JSON_DEPTH
 from follower._wire import LARGE_PAGE_BYTES, MAX_PAGE_EVENTS, Page
+from follower.lowlevel import LiveTrajectoryChunks, TrajectoryBatch
+
+from .support.malformed import raises_malformed
 
 TASK = "t1"
 ENDPOINT = "http://agent.test/ext/trajectory"
@@ -63,7 +55,9 @@ def test_a_page_of_the_most_events_an_agent_sends_is_read() -> None:
 
 
 def test_one_event_more_than_an_agent_sends_is_refused_naming_the_task_and_cursor() -> None:
-    with pytest.raises(TooManyEventsError, match=r"1001 events, over the 1000") as raised:
+    with raises_malformed(
+        MalformedPageReason.TOO_MANY_EVENTS, match=r"1001 events, over the 1000"
+    ) as raised:
         parse(body_of(list(range(MAX_PAGE_EVENTS + 1)), after=7))
     assert (raised.value.task_id, raised.value.after) == (TASK, 7)
     assert isinstance(raised.value, MalformedPageError)
@@ -75,7 +69,7 @@ def test_one_event_more_than_an_agent_sends_is_refused_naming_the_task_and_curso
 def test_a_large_page_of_tiny_values_is_refused_before_decoding() -> None:
     # 2 MiB of empty objects would decode to ~50 MiB: over 8 x a 4 MiB cap.
     tiny = "[" + ",".join(["{}"] * (700 * 1024)) + "]"
-    with pytest.raises(PageTooLargeError, match="would decode to about"):
+    with raises_malformed(MalformedPageReason.TOO_LARGE, match="would decode to about"):
         parse(body_of(tiny), max_page_bytes=4 * 1024 * 1024)
 
 
@@ -92,7 +86,9 @@ def test_an_event_over_max_event_bytes_is_refused_and_one_at_it_is_read() -> Non
     at_cap = len(json.dumps(event))
     body = body_of(["small", event])
     assert parse(body, max_event_bytes=at_cap).events[1] == event
-    with pytest.raises(EventTooLargeError, match="event 8 is 1002 bytes") as raised:
+    with raises_malformed(
+        MalformedPageReason.EVENT_TOO_LARGE, match="event 8 is 1002 bytes"
+    ) as raised:
         parse(body, max_event_bytes=at_cap - 1)
     assert (raised.value.task_id, raised.value.after) == (TASK, 7)
 
@@ -104,7 +100,7 @@ def nested(levels: int) -> str:
 def test_an_event_may_nest_to_the_limit_in_its_page_and_no_deeper() -> None:
     # The page is one level and its events list another: an event has the limit less two.
     assert parse(body_of("[" + nested(MAX_JSON_DEPTH - 2) + "]")).events
-    with pytest.raises(PageTooDeepError, match="deeper than 128") as raised:
+    with raises_malformed(MalformedPageReason.TOO_DEEP, match="deeper than 128") as raised:
         parse(body_of("[" + nested(MAX_JSON_DEPTH - 1) + "]"))
     assert (raised.value.task_id, raised.value.after) == (TASK, 7)
 
@@ -133,7 +129,7 @@ def test_whatever_a_page_may_hold_its_chunk_reads_back() -> None:
 def test_a_number_json_cannot_carry_exactly_is_refused_naming_the_task_and_cursor(
     number: str, why: str
 ) -> None:
-    with pytest.raises(PageNumberError, match=why) as raised:
+    with raises_malformed(MalformedPageReason.BAD_NUMBER, match=why) as raised:
         parse(body_of(f'[1,{{"x":[{number}]}}]', count=2))
     assert (raised.value.task_id, raised.value.after) == (TASK, 7)
 
@@ -249,7 +245,9 @@ async def test_a_hostile_page_at_the_cap_is_refused_without_blocking_the_loop() 
     with anyio.fail_after(60):
         async with client_serving(body) as client, anyio.create_task_group() as tg:
             tg.start_soon(heartbeat.run)
-            with pytest.raises((TooManyEventsError, PageTooLargeError)):
+            with raises_malformed(
+                MalformedPageReason.TOO_MANY_EVENTS, MalformedPageReason.TOO_LARGE
+            ):
                 await read_page(client, ENDPOINT, TASK, 7)
             tg.cancel_scope.cancel()
     assert heartbeat.longest < HEARTBEAT_BOUND_SECONDS

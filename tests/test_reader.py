@@ -28,17 +28,16 @@ from follower import (
     FollowerError,
     InvalidArgumentError,
     InvalidKeyError,
-    LiveTrajectoryChunks,
     MemoryStore,
     ObjectStore,
     ReaderIdleError,
     StoredEvent,
-    TrajectoryBatch,
     TrajectoryState,
     read_live_trajectory,
 )
 from follower._chunks import write_next_turn
 from follower._layout import TurnKeys
+from follower.lowlevel import LiveTrajectoryChunks, TrajectoryBatch
 
 from .support.virtual_time import virtual_time_backends
 

@@ -25,8 +25,9 @@ from follower import (
     AgentUnavailableError,
     InvalidArgumentError,
     LiveTurns,
+    MalformedPageError,
+    MalformedPageReason,
     MemoryStore,
-    UnknownStateError,
 )
 from follower._discovery import live_trajectory_endpoint
 from follower._errors import add_context
@@ -136,7 +137,9 @@ def test_an_error_made_outside_hides_a_urls_password_only() -> None:
 async def test_the_secrets_follow_the_task_into_its_threads_and_tasks(anyio_backend: str) -> None:
     # A large page is decoded in a worker thread, a follower runs in a task of its own.
     def refuse() -> Exception:
-        return UnknownStateError(f"unknown state {TOKEN!r}")
+        return MalformedPageError(
+            f"unknown state {TOKEN!r}", reason=MalformedPageReason.UNKNOWN_STATE
+        )
 
     made: list[Exception] = []
 

@@ -21,29 +21,24 @@ import pytest
 from follower import (
     AgentRefusedError,
     AgentUnavailableError,
-    CursorMismatchError,
-    LiveTrajectoryChunks,
     LiveTurns,
-    MalformedPageError,
+    MalformedPageReason,
     MemoryStore,
-    NoProgressError,
-    PageFieldError,
-    PageNotAnObjectError,
-    PageTooLargeError,
-    TaskMismatchError,
     TaskNotFoundError,
-    TrajectoryBatch,
     TrajectoryState,
-    UnknownStateError,
     _exchange,
     connect_agent,
-    follow_trajectory,
-    live_trajectory_endpoint,
     read_live_trajectory,
     run_a2a_turn,
 )
 from follower._exchange import read_page
 from follower._wire import Page
+from follower.lowlevel import (
+    LiveTrajectoryChunks,
+    TrajectoryBatch,
+    follow_trajectory,
+    live_trajectory_endpoint,
+)
 from follower.testing import (
     AgentStatistics,
     Fault,
@@ -53,6 +48,7 @@ from follower.testing import (
     serve_agent,
 )
 
+from .support.malformed import raises_malformed
 from .support.stored import stored_turn
 from .support.virtual_time import virtual_time_backends
 
@@ -613,20 +609,22 @@ async def test_unavailable_for_a_while_is_outwaited_by_the_follower() -> None:
 
 
 MALFORMED = [
-    pytest.param(Fault.not_json(), PageNotAnObjectError, id="not-json"),
-    pytest.param(Fault.not_an_object(), PageNotAnObjectError, id="not-an-object"),
-    pytest.param(Fault.missing_field(), PageFieldError, id="missing-next"),
-    pytest.param(Fault.missing_field("state"), PageFieldError, id="missing-state"),
-    pytest.param(Fault.unknown_state(), UnknownStateError, id="unknown-state"),
-    pytest.param(Fault.cursor_mismatch(), CursorMismatchError, id="cursor-mismatch"),
-    pytest.param(Fault.other_task(), TaskMismatchError, id="other-task"),
-    pytest.param(Fault.no_progress(), NoProgressError, id="no-progress"),
-    pytest.param(Fault.oversized(size_bytes=20_000), PageTooLargeError, id="oversized"),
+    pytest.param(Fault.not_json(), MalformedPageReason.NOT_AN_OBJECT, id="not-json"),
+    pytest.param(Fault.not_an_object(), MalformedPageReason.NOT_AN_OBJECT, id="not-an-object"),
+    pytest.param(Fault.missing_field(), MalformedPageReason.BAD_FIELD, id="missing-next"),
+    pytest.param(Fault.missing_field("state"), MalformedPageReason.BAD_FIELD, id="missing-state"),
+    pytest.param(Fault.unknown_state(), MalformedPageReason.UNKNOWN_STATE, id="unknown-state"),
+    pytest.param(
+        Fault.cursor_mismatch(), MalformedPageReason.CURSOR_MISMATCH, id="cursor-mismatch"
+    ),
+    pytest.param(Fault.other_task(), MalformedPageReason.TASK_MISMATCH, id="other-task"),
+    pytest.param(Fault.no_progress(), MalformedPageReason.NO_PROGRESS, id="no-progress"),
+    pytest.param(Fault.oversized(size_bytes=20_000), MalformedPageReason.TOO_LARGE, id="oversized"),
 ]
 
 
-@pytest.mark.parametrize(("fault", "error"), MALFORMED)
-async def test_malformed_pages(fault: Fault, error: type[MalformedPageError]) -> None:
+@pytest.mark.parametrize(("fault", "reason"), MALFORMED)
+async def test_malformed_pages(fault: Fault, reason: MalformedPageReason) -> None:
     agent = ReferenceAgent(script=TaskScript(events=3, interval_seconds=0.0), fault=fault)
     batches: list[TrajectoryBatch] = []
 
@@ -635,9 +633,9 @@ async def test_malformed_pages(fault: Fault, error: type[MalformedPageError]) ->
 
     with anyio.fail_after(60):
         async with client_and_task(agent) as (client, task):
-            with pytest.raises(error):
+            with raises_malformed(reason):
                 await read_page(client, ENDPOINT, task["id"], 0, max_page_bytes=10_000)
-            with pytest.raises(error):
+            with raises_malformed(reason):
                 await follow_task(client, task["id"], sink, max_page_bytes=10_000)
             agent.fault = None
             healthy = await read_page(client, ENDPOINT, task["id"], 0, max_page_bytes=10_000)

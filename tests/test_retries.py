@@ -30,13 +30,13 @@ from follower import (
     UsageError,
     _follow,
     _retries,
-    follow_trajectory,
     following_live_trajectory,
 )
 from follower._exchange import read_page, retry_after_seconds
 from follower._follow import AFTER_STOP_PAUSE_SECONDS
 from follower._layout import TurnKeys
 from follower._retries import BACKOFF_CAP_SECONDS, BACKOFF_STEP_SECONDS, retry_delay
+from follower.lowlevel import follow_trajectory
 
 from .support.agents import ENDPOINT, RecordingSink, ScriptedAgent
 from .support.virtual_time import virtual_time_backends

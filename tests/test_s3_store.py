@@ -219,7 +219,7 @@ def test_s3store_is_the_public_name_of_its_class() -> None:
     import follower.s3
     from follower._s3 import S3Store as defined
 
-    assert follower.s3.__all__ == ["S3Store"]
+    assert follower.s3.__all__ == ("S3Store",)
     assert follower.s3.S3Store is defined
     assert defined.__module__ == "follower.s3"
     assert isinstance(S3Store("bucket"), follower.ObjectStore)

@@ -27,12 +27,13 @@ import httpx
 import pytest
 import trustme
 
-from follower import AgentUnavailableError, PageTooLargeError
+from follower import AgentUnavailableError, MalformedPageReason
 from follower._clients import ClientPool, _shared_ssl_context
 from follower._exchange import read_page
 from follower._transport import WIRE_ALLOWANCE_BYTES, AgentClient, AgentTransport
 
 from .support.http_requests import read_request
+from .support.malformed import raises_malformed
 
 pytestmark = pytest.mark.anyio
 
@@ -272,7 +273,7 @@ async def test_a_body_cut_short_never_lets_its_connection_be_reused() -> None:
 
     with anyio.fail_after(10):
         async with serving(respond) as (url, server), agent_client() as client:
-            with pytest.raises(PageTooLargeError):
+            with raises_malformed(MalformedPageReason.TOO_LARGE):
                 await read(client, url, max_page_bytes=500)
             assert (await read(client, url)).events == ("a",)
             assert (await read(client, url)).events == ("a",)
@@ -293,7 +294,7 @@ async def test_a_body_over_the_cap_is_refused(declared: bool) -> None:
 
     with anyio.fail_after(10):
         async with serving(respond) as (url, server), agent_client() as client:
-            with pytest.raises(PageTooLargeError):
+            with raises_malformed(MalformedPageReason.TOO_LARGE):
                 await read(client, url, max_page_bytes=len(big) - 1)
             assert len((await read(client, url, max_page_bytes=len(big))).events) == 50
     assert server.connections == 2
@@ -697,7 +698,7 @@ async def test_the_wire_bytes_of_a_body_are_bounded_not_only_its_bytes() -> None
     assert sum(len(p) for p in pieces) > 2 * cap + WIRE_ALLOWANCE_BYTES
     with anyio.fail_after(60):
         async with serving(sending(pieces)) as (url, server), agent_client() as client:
-            with pytest.raises(PageTooLargeError, match="on the wire"):
+            with raises_malformed(MalformedPageReason.TOO_LARGE, match="on the wire"):
                 await read(client, url, max_page_bytes=cap)
             assert (await read(client, url, max_page_bytes=cap)).events == ("a",)
     assert server.connections == 2  # the bloated answer's connection was not reused

@@ -12,21 +12,15 @@ from hypothesis import strategies as st
 
 from follower import (
     AgentError,
-    CursorMismatchError,
     FollowerError,
-    MalformedPageError,
-    NoProgressError,
-    PageFieldError,
-    PageNotAnObjectError,
-    PageNumberError,
-    PageTooDeepError,
-    TaskMismatchError,
-    TrajectoryBatch,
+    MalformedPageReason,
     TrajectoryState,
-    UnknownStateError,
 )
 from follower._layout import encode_events
 from follower._wire import Page
+from follower.lowlevel import TrajectoryBatch
+
+from .support.malformed import raises_malformed
 
 TASK = "task-1"
 AFTER = 5
@@ -179,82 +173,85 @@ def test_any_valid_page_round_trips(
 
 MALFORMED: list[Any] = [
     # not JSON, or not a JSON object
-    pytest.param(b"not json", PageNotAnObjectError, id="not-json"),
-    pytest.param("", PageNotAnObjectError, id="empty"),
-    pytest.param('{"task_id": "task-1"', PageNotAnObjectError, id="truncated"),
-    pytest.param(b"\x80{}", PageNotAnObjectError, id="invalid-utf8-bytes"),
-    pytest.param(b"\xff\xfe\xfd", PageNotAnObjectError, id="invalid-utf16-bytes"),
-    pytest.param("[]", PageNotAnObjectError, id="empty-list"),
-    pytest.param([page_body()], PageNotAnObjectError, id="list-of-a-page"),
-    pytest.param("42", PageNotAnObjectError, id="number"),
-    pytest.param('"page"', PageNotAnObjectError, id="string"),
-    pytest.param("null", PageNotAnObjectError, id="null"),
+    pytest.param(b"not json", MalformedPageReason.NOT_AN_OBJECT, id="not-json"),
+    pytest.param("", MalformedPageReason.NOT_AN_OBJECT, id="empty"),
+    pytest.param('{"task_id": "task-1"', MalformedPageReason.NOT_AN_OBJECT, id="truncated"),
+    pytest.param(b"\x80{}", MalformedPageReason.NOT_AN_OBJECT, id="invalid-utf8-bytes"),
+    pytest.param(b"\xff\xfe\xfd", MalformedPageReason.NOT_AN_OBJECT, id="invalid-utf16-bytes"),
+    pytest.param("[]", MalformedPageReason.NOT_AN_OBJECT, id="empty-list"),
+    pytest.param([page_body()], MalformedPageReason.NOT_AN_OBJECT, id="list-of-a-page"),
+    pytest.param("42", MalformedPageReason.NOT_AN_OBJECT, id="number"),
+    pytest.param('"page"', MalformedPageReason.NOT_AN_OBJECT, id="string"),
+    pytest.param("null", MalformedPageReason.NOT_AN_OBJECT, id="null"),
     # a field missing or of the wrong type
-    pytest.param(without("events"), PageFieldError, id="no-events"),
-    pytest.param(without("next"), PageFieldError, id="no-next"),
-    pytest.param(without("has_more"), PageFieldError, id="no-has_more"),
-    pytest.param(without("state"), PageFieldError, id="no-state"),
-    pytest.param(without("task_id"), PageFieldError, id="no-task_id"),
-    pytest.param(page_body(next="7"), PageFieldError, id="next-string"),
-    pytest.param(page_body(next=True), PageFieldError, id="next-true"),
-    pytest.param(page_body(next=7.0), PageFieldError, id="next-float"),
-    pytest.param(page_body(events=[], next=-1), PageFieldError, id="next-negative"),
-    pytest.param(page_body(has_more=1), PageFieldError, id="has_more-int"),
-    pytest.param(page_body(has_more="false"), PageFieldError, id="has_more-string"),
-    pytest.param(page_body(task_id=1), PageFieldError, id="task_id-int"),
-    pytest.param(page_body(events={"n": 5}), PageFieldError, id="events-object"),
-    pytest.param(page_body(state=1), PageFieldError, id="state-int"),
-    pytest.param(page_body(format=2), PageFieldError, id="format-int"),
-    pytest.param(page_body(context_id=3), PageFieldError, id="context_id-int"),
+    pytest.param(without("events"), MalformedPageReason.BAD_FIELD, id="no-events"),
+    pytest.param(without("next"), MalformedPageReason.BAD_FIELD, id="no-next"),
+    pytest.param(without("has_more"), MalformedPageReason.BAD_FIELD, id="no-has_more"),
+    pytest.param(without("state"), MalformedPageReason.BAD_FIELD, id="no-state"),
+    pytest.param(without("task_id"), MalformedPageReason.BAD_FIELD, id="no-task_id"),
+    pytest.param(page_body(next="7"), MalformedPageReason.BAD_FIELD, id="next-string"),
+    pytest.param(page_body(next=True), MalformedPageReason.BAD_FIELD, id="next-true"),
+    pytest.param(page_body(next=7.0), MalformedPageReason.BAD_FIELD, id="next-float"),
+    pytest.param(page_body(events=[], next=-1), MalformedPageReason.BAD_FIELD, id="next-negative"),
+    pytest.param(page_body(has_more=1), MalformedPageReason.BAD_FIELD, id="has_more-int"),
+    pytest.param(page_body(has_more="false"), MalformedPageReason.BAD_FIELD, id="has_more-string"),
+    pytest.param(page_body(task_id=1), MalformedPageReason.BAD_FIELD, id="task_id-int"),
+    pytest.param(page_body(events={"n": 5}), MalformedPageReason.BAD_FIELD, id="events-object"),
+    pytest.param(page_body(state=1), MalformedPageReason.BAD_FIELD, id="state-int"),
+    pytest.param(page_body(format=2), MalformedPageReason.BAD_FIELD, id="format-int"),
+    pytest.param(page_body(context_id=3), MalformedPageReason.BAD_FIELD, id="context_id-int"),
     # an unknown state
-    pytest.param(page_body(state="done"), UnknownStateError, id="state-done"),
-    pytest.param(page_body(state="COMPLETED"), UnknownStateError, id="state-upper-case"),
-    pytest.param(page_body(state="cancelled"), UnknownStateError, id="state-cancelled"),
-    pytest.param(page_body(state=""), UnknownStateError, id="state-empty"),
+    pytest.param(page_body(state="done"), MalformedPageReason.UNKNOWN_STATE, id="state-done"),
+    pytest.param(
+        page_body(state="COMPLETED"), MalformedPageReason.UNKNOWN_STATE, id="state-upper-case"
+    ),
+    pytest.param(
+        page_body(state="cancelled"), MalformedPageReason.UNKNOWN_STATE, id="state-cancelled"
+    ),
+    pytest.param(page_body(state=""), MalformedPageReason.UNKNOWN_STATE, id="state-empty"),
     # a cursor that does not add up
-    pytest.param(page_body(next=AFTER + 1), CursorMismatchError, id="next-one-short"),
-    pytest.param(page_body(next=AFTER + 3), CursorMismatchError, id="next-one-over"),
-    pytest.param(page_body(next=2), CursorMismatchError, id="next-from-zero"),
-    pytest.param(page_body(events=[], next=AFTER + 1), CursorMismatchError, id="next-no-events"),
+    pytest.param(
+        page_body(next=AFTER + 1), MalformedPageReason.CURSOR_MISMATCH, id="next-one-short"
+    ),
+    pytest.param(
+        page_body(next=AFTER + 3), MalformedPageReason.CURSOR_MISMATCH, id="next-one-over"
+    ),
+    pytest.param(page_body(next=2), MalformedPageReason.CURSOR_MISMATCH, id="next-from-zero"),
+    pytest.param(
+        page_body(events=[], next=AFTER + 1),
+        MalformedPageReason.CURSOR_MISMATCH,
+        id="next-no-events",
+    ),
     # another task's page
-    pytest.param(page_body(task_id="task-2"), TaskMismatchError, id="other-task"),
-    pytest.param(page_body(task_id=""), TaskMismatchError, id="empty-task"),
+    pytest.param(page_body(task_id="task-2"), MalformedPageReason.TASK_MISMATCH, id="other-task"),
+    pytest.param(page_body(task_id=""), MalformedPageReason.TASK_MISMATCH, id="empty-task"),
     # more claimed, no progress
     pytest.param(
-        page_body(events=[], next=AFTER, has_more=True), NoProgressError, id="has_more-no-events"
+        page_body(events=[], next=AFTER, has_more=True),
+        MalformedPageReason.NO_PROGRESS,
+        id="has_more-no-events",
     ),
 ]
 
 
-@pytest.mark.parametrize(("body", "error"), MALFORMED)
-def test_malformed_page_raises_its_own_typed_error(
-    body: Any, error: type[MalformedPageError]
+@pytest.mark.parametrize(("body", "reason"), MALFORMED)
+def test_malformed_page_raises_the_malformed_page_error_with_its_reason(
+    body: Any, reason: MalformedPageReason
 ) -> None:
-    with pytest.raises(error) as info:
+    with raises_malformed(reason) as info:
         parse(body)
-    assert isinstance(info.value, MalformedPageError)
+    assert isinstance(info.value, AgentError)
     assert isinstance(info.value, FollowerError)
+    assert info.value.reason == reason.value  # a StrEnum: its string compares equal
 
 
-@pytest.mark.parametrize(
-    "error",
-    [
-        PageNotAnObjectError,
-        PageFieldError,
-        UnknownStateError,
-        CursorMismatchError,
-        TaskMismatchError,
-        NoProgressError,
-    ],
-)
-def test_each_malformed_page_error_is_an_agent_error(error: type[Exception]) -> None:
-    assert issubclass(error, MalformedPageError)
-    assert issubclass(error, AgentError)
-    assert issubclass(error, FollowerError)
+def test_every_reason_is_a_stable_lower_case_string() -> None:
+    assert all(reason.value == reason.name.lower() for reason in MalformedPageReason)
+    assert len(MalformedPageReason) == 11
 
 
 def test_not_json_keeps_the_decoder_error_as_its_cause() -> None:
-    with pytest.raises(PageNotAnObjectError) as info:
+    with raises_malformed(MalformedPageReason.NOT_AN_OBJECT) as info:
         parse("{oops")
     assert isinstance(info.value.__cause__, ValueError)
 
@@ -262,7 +259,7 @@ def test_not_json_keeps_the_decoder_error_as_its_cause() -> None:
 def test_deeply_nested_body_is_a_typed_error() -> None:
     # A hostile agent's body well under max_page_bytes must not escape as RecursionError.
     depth = 100_000
-    with pytest.raises(PageTooDeepError) as raised:
+    with raises_malformed(MalformedPageReason.TOO_DEEP) as raised:
         parse("[" * depth + "]" * depth)
     assert (raised.value.task_id, raised.value.after) == ("task-1", 5)
 
@@ -270,21 +267,21 @@ def test_deeply_nested_body_is_a_typed_error() -> None:
 @given(after=afters, events=event_lists, next_=st.integers(min_value=0))
 def test_any_other_next_is_a_cursor_mismatch(after: int, events: list[Any], next_: int) -> None:
     assume(next_ != after + len(events))
-    with pytest.raises(CursorMismatchError):
+    with raises_malformed(MalformedPageReason.CURSOR_MISMATCH):
         parse(page_body(events=events, next=next_), after=after)
 
 
 @given(task_id=st.text())
 def test_any_other_task_id_is_a_task_mismatch(task_id: str) -> None:
     assume(task_id != TASK)
-    with pytest.raises(TaskMismatchError):
+    with raises_malformed(MalformedPageReason.TASK_MISMATCH):
         parse(page_body(task_id=task_id))
 
 
 @given(state=st.text())
 def test_any_other_state_is_unknown(state: str) -> None:
     assume(state not in STATES)
-    with pytest.raises(UnknownStateError):
+    with raises_malformed(MalformedPageReason.UNKNOWN_STATE):
         parse(page_body(state=state))
 
 
@@ -432,7 +429,7 @@ def test_nan_and_infinity_are_refused_on_read_and_never_stored() -> None:
         b'{"task_id": "task-1", "state": "running", "events": [NaN, -Infinity], "next": 2, '
         b'"has_more": false}'
     )
-    with pytest.raises(PageNumberError, match="NaN is not a JSON number"):
+    with raises_malformed(MalformedPageReason.BAD_NUMBER, match="NaN is not a JSON number"):
         Page.from_json(body, task_id=TASK, after=0)
     with pytest.raises(ValueError, match="not JSON compliant"):
         encode_events((float("nan"),))
@@ -462,5 +459,5 @@ def test_a_byte_order_mark_in_a_text_body_is_refused_as_json_refuses_it() -> Non
     text = "\ufeff" + json.dumps(page_body())
     with pytest.raises(json.JSONDecodeError):
         json.loads(text)
-    with pytest.raises(PageNotAnObjectError, match="BOM"):
+    with raises_malformed(MalformedPageReason.NOT_AN_OBJECT, match="BOM"):
         parse(text)

@@ -25,15 +25,15 @@ from .workflow_types import StepTurn as StepTurn
 from .workflow_types import StoreSpec as StoreSpec
 from .workflow_types import TurnResult as TurnResult
 
-__all__ = [
-    "RUN_A2A_STEP",
-    "STEP_CLEANUP_SECONDS",
-    "TURN_OF_ANOTHER_RUN",
+__all__ = (
     "A2AStepParams",
     "A2AStepResult",
+    "RUN_A2A_STEP",
+    "STEP_CLEANUP_SECONDS",
     "StepAttempt",
     "StepTurn",
     "StoreSpec",
+    "TURN_OF_ANOTHER_RUN",
     "TurnResult",
     "cancel_ends_for_good",
     "failure_ends_for_good",
@@ -43,6 +43,6 @@ __all__ = [
     "run_a2a_step",
     "run_activity_step",
     "run_cancel_safe",
-]
+)
 
 _name_as_public(__name__, globals(), __all__)

@@ -20,16 +20,16 @@ from ._faults import FaultKind as FaultKind
 from ._script import TaskScript as TaskScript
 from ._serve import serve_agent as serve_agent
 
-__all__ = [
-    "FAULT_NAMES",
+__all__ = (
     "AgentRequest",
     "AgentStatistics",
+    "FAULT_NAMES",
     "Fault",
     "FaultKind",
     "ReferenceAgent",
     "TaskScript",
     "parse_fault",
     "serve_agent",
-]
+)
 
 _name_as_public(__name__, globals(), __all__)

@@ -47,7 +47,7 @@ class Agent:
         self.card = card
         # The framework's card names its JSON-RPC URL as a path, relative to the card's URL.
         self.a2a_url = urljoin(running.card_url, card["url"])
-        endpoint = follower.live_trajectory_endpoint(card, self.a2a_url)
+        endpoint = follower.lowlevel.live_trajectory_endpoint(card, self.a2a_url)
         assert endpoint is not None, f"the card offers no live read: {card}"
         self.endpoint = endpoint
 

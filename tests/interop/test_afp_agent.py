@@ -44,8 +44,8 @@ async def test_the_card_offers_the_live_cursor_read(afp_agent: RunningAgent) -> 
     a2a_url = urljoin(afp_agent.card_url, card["url"])
     assert a2a_url == afp_agent.url + "/a2a"
     expected = afp_agent.url + "/ext/trajectory"
-    assert follower.live_trajectory_endpoint(card, a2a_url) == expected
-    assert follower.live_trajectory_endpoint(card, afp_agent.url) == expected
+    assert follower.lowlevel.live_trajectory_endpoint(card, a2a_url) == expected
+    assert follower.lowlevel.live_trajectory_endpoint(card, afp_agent.url) == expected
 
 
 async def test_a_task_is_stored_whole_and_in_order(afp_agent: RunningAgent) -> None:

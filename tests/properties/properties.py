@@ -40,9 +40,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from follower import FollowerError, TrajectoryBatch, TrajectoryState
+from follower import FollowerError, TrajectoryState
 from follower._endings import CLEANUP_SECONDS, CLEANUP_WRITE_SECONDS
 from follower._layout import parse_chunk_name
+from follower.lowlevel import TrajectoryBatch
 
 from .records import NOT_RUN, PutRecord, Stamp, TurnRecord
 from .scripts import ENDPOINT, EPS, task_id, turn_id, turn_keys

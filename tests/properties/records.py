@@ -7,7 +7,8 @@ from typing import Any
 import anyio
 import attrs
 
-from follower import StoreError, TrajectoryBatch
+from follower import StoreError
+from follower.lowlevel import TrajectoryBatch
 
 from .scripts import PutOp, TurnScript
 

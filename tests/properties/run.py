@@ -20,7 +20,7 @@ import pytest
 
 import follower._follow
 import follower._turns
-from follower import TrajectoryBatch
+from follower.lowlevel import TrajectoryBatch
 
 from ..support.virtual_time import virtual_clock
 from .records import FollowerRecord

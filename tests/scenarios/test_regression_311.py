@@ -16,7 +16,8 @@ from typing import Any
 import anyio
 import pytest
 
-from follower import TrajectoryState, follow_trajectory
+from follower import TrajectoryState
+from follower.lowlevel import follow_trajectory
 
 from ..support.agents import ENDPOINT, RecordingSink, ScriptedAgent
 from ..support.virtual_time import virtual_time_backends
