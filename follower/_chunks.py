@@ -17,12 +17,12 @@ from ._errors import (
 from ._layout import JSON, JSONL, EndMark, MetaMark, NextLink, TaskMark, TurnKeys, encode_events
 from ._redact import scrub
 from ._retries import FailureStreak, retry_while_unavailable
-from ._stores import check_same_bytes
+from ._store_protocol import check_same_bytes
 from ._wire import LARGE_PAGE_BYTES
 
 if TYPE_CHECKING:
     from ._errors import ErrorContext
-    from ._stores import ObjectStore
+    from ._store_protocol import ObjectStore
     from ._wire import TrajectoryBatch, TrajectoryState
 
 logger = logging.getLogger("follower.chunks")

@@ -15,12 +15,12 @@ import attrs
 from ._errors import CorruptObjectError, FollowerError, ReaderIdleError, add_context
 from ._layout import END, NEXT, EndMark, NextLink, TurnKeys, chunk_positions, decode_events
 from ._options import positive_seconds
-from ._stores import folder_version, list_keys
+from ._store_protocol import folder_version, list_keys
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from ._stores import ObjectStore
+    from ._store_protocol import ObjectStore
     from ._wire import TrajectoryState
 
 DEFAULT_READER_POLL_SECONDS = 1.0

@@ -45,7 +45,7 @@ from ._errors import (
 )
 from ._extras import install_hint
 from ._keys import MAX_KEY_BYTES, check_key, check_list_prefix, check_prefix
-from ._stores import check_same_bytes, check_start_after
+from ._store_protocol import check_same_bytes, check_start_after
 from ._threads import run_sync_abandoning
 
 try:
