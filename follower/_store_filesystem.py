@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 import unicodedata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, final
 
 import anyio
 import anyio.to_thread
+import attrs
 
 from ._errors import (
     InvalidKeyError,
@@ -32,6 +33,13 @@ if TYPE_CHECKING:
     import builtins
 
 
+def _resolved(root: str | os.PathLike[str]) -> Path:
+    return Path(root).resolve()
+
+
+# The root is resolved once, at construction (no hook on assignments).
+@final
+@attrs.define(eq=False, on_setattr=attrs.setters.NO_OP)
 class FilesystemStore:
     """A write-once store in a folder: each key is a file under ``root``.
 
@@ -48,8 +56,7 @@ class FilesystemStore:
     so two keys are never silently merged.
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self._root = Path(root).resolve()
+    _root: Path = attrs.field(converter=_resolved)
 
     @property
     def root(self) -> Path:

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import bisect
+from typing import final
 
 import anyio.lowlevel
+import attrs
 
 from ._errors import ObjectNotFoundError
 from ._keys import check_key, check_list_prefix
 from ._store_protocol import check_same_bytes, check_start_after
 
 
+@final
+@attrs.define(eq=False)
 class MemoryStore:
     """A write-once store in memory, for tests and demos.
 
@@ -18,9 +22,8 @@ class MemoryStore:
     the keys the store holds.
     """
 
-    def __init__(self) -> None:
-        self._objects: dict[str, tuple[bytes, str]] = {}
-        self._sorted: list[str] = []
+    _objects: dict[str, tuple[bytes, str]] = attrs.field(init=False, factory=dict, repr=False)
+    _sorted: list[str] = attrs.field(init=False, factory=list, repr=False)
 
     async def put(self, key: str, body: bytes, *, content_type: str) -> None:
         check_key(key)
