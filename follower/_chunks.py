@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, final
 
 import anyio.to_thread
+import attrs
 
 from ._errors import (
     FollowerError,
@@ -17,17 +18,20 @@ from ._errors import (
 from ._layout import JSON, JSONL, EndMark, MetaMark, NextLink, TaskMark, TurnKeys, encode_events
 from ._redact import scrub
 from ._retries import FailureStreak, retry_while_unavailable
-from ._stores import check_same_bytes
+from ._store_protocol import check_same_bytes
 from ._wire import LARGE_PAGE_BYTES
 
 if TYPE_CHECKING:
     from ._errors import ErrorContext
-    from ._stores import ObjectStore
+    from ._store_protocol import ObjectStore
     from ._wire import TrajectoryBatch, TrajectoryState
 
 logger = logging.getLogger("follower.chunks")
 
 
+# Converted at construction only: no hook on the counters every batch moves.
+@final
+@attrs.define(eq=False, on_setattr=attrs.setters.NO_OP)
 class LiveTrajectoryChunks:
     """Stores each batch of one turn under ``<prefix_key><turn_id>/live/``.
 
@@ -43,34 +47,34 @@ class LiveTrajectoryChunks:
     ``bytes_stored`` count the chunks this sink wrote, once each put returned.
     """
 
-    def __init__(
-        self,
-        store: ObjectStore,
-        prefix_key: str,
-        turn_id: str,
-        *,
-        task_id: str | None = None,
-        endpoint: str = "",
-        stored_next: int = 0,
-        format: str | None = None,
-    ) -> None:
-        self._store = store
-        self._keys = TurnKeys(prefix_key, turn_id)
-        self.turn_id = turn_id
-        self.stored_next = stored_next
-        self.format = format
-        self.final_state: TrajectoryState | None = None
-        self._task = None if task_id is None else TaskMark.started_now(task_id, scrub(endpoint))
-        self._ended = False
-        # Another run's task.json was found where this one's was to go: the turn is
-        # that run's, and nothing more of this one may land in it.
-        self.turn_taken = False
-        self.chunks_stored = 0
-        self.events_stored = 0
-        self.bytes_stored = 0
+    _store: ObjectStore
+    _prefix_key: str
+    turn_id: str
+    _task_id: str | None = attrs.field(default=None, kw_only=True)
+    _endpoint: str = attrs.field(default="", kw_only=True, converter=scrub)  # kept hidden
+    stored_next: int = attrs.field(default=0, kw_only=True)
+    format: str | None = attrs.field(default=None, kw_only=True)
+    final_state: TrajectoryState | None = attrs.field(init=False, default=None)
+    # Another run's task.json was found where this one's was to go: the turn is
+    # that run's, and nothing more of this one may land in it.
+    turn_taken: bool = attrs.field(init=False, default=False)
+    chunks_stored: int = attrs.field(init=False, default=0)
+    events_stored: int = attrs.field(init=False, default=0)
+    bytes_stored: int = attrs.field(init=False, default=0)
+    _keys: TurnKeys = attrs.field(init=False, repr=False)
+    _task: TaskMark | None = attrs.field(init=False, repr=False)  # until it is put
+    _ended: bool = attrs.field(init=False, default=False, repr=False)
+    _format_warned: bool = attrs.field(init=False, default=False, repr=False)
+    _log_extra: dict[str, str | None] = attrs.field(init=False, repr=False)
+    _context: ErrorContext = attrs.field(init=False, repr=False)
+    _failing: FailureStreak = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        task_id, turn_id = self._task_id, self.turn_id
+        self._keys = TurnKeys(self._prefix_key, turn_id)
+        self._task = None if task_id is None else TaskMark.started_now(task_id, self._endpoint)
         self._log_extra = {"task_id": task_id, "turn_id": turn_id}
-        self._context: ErrorContext = {"task_id": task_id, "turn_id": turn_id}
-        self._format_warned = False
+        self._context = {"task_id": task_id, "turn_id": turn_id}
         self._failing = FailureStreak(
             logger, f"puts of turn {turn_id}", noun="put", extra=self._log_extra
         )

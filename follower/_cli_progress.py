@@ -13,7 +13,9 @@ imported only for a terminal.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, final
+
+import attrs
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -23,18 +25,25 @@ if TYPE_CHECKING:
 PLAIN_BAR_WIDTH = 24
 
 
+def _at_least_one(events_per_turn: int) -> int:
+    return max(events_per_turn, 1)
+
+
+@final
+@attrs.define(eq=False, on_setattr=attrs.setters.NO_OP)
 class TurnDisplay:
     """Each turn's progress, shown while the display is entered (``with display:``)."""
 
-    def __init__(self, events_per_turn: int, out: TextIO) -> None:
-        self._total = max(events_per_turn, 1)
-        self._out = out
-        self._shown: dict[str, int] = {}
-        self._finished: set[str] = set()
-        self._bars: Any = None  # rich.progress.Progress, on a terminal
-        self._bar_of: dict[str, Any] = {}
-        if out.isatty():
-            self._bars = _rich_bars(out)
+    _total: int = attrs.field(alias="events_per_turn", converter=_at_least_one)
+    _out: TextIO
+    _shown: dict[str, int] = attrs.field(init=False, factory=dict)
+    _finished: set[str] = attrs.field(init=False, factory=set)
+    _bars: Any = attrs.field(init=False, default=None)  # rich.progress.Progress, on a terminal
+    _bar_of: dict[str, Any] = attrs.field(init=False, factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        if self._out.isatty():
+            self._bars = _rich_bars(self._out)
 
     def __enter__(self) -> TurnDisplay:
         if self._bars is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
@@ -108,6 +108,7 @@ def _validated(check: Any) -> Any:
     return validator
 
 
+@final
 @attrs.frozen(kw_only=True)
 class FollowOptions:
     """How a follower reads: the poll interval, each read's bounds, the drain, the client.

@@ -7,7 +7,7 @@ The reader is a tail: it waits for new objects as long as its caller lets it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, final, overload
 
 import anyio
 import attrs
@@ -15,12 +15,12 @@ import attrs
 from ._errors import CorruptObjectError, FollowerError, ReaderIdleError, add_context
 from ._layout import END, NEXT, EndMark, NextLink, TurnKeys, chunk_positions, decode_events
 from ._options import positive_seconds
-from ._stores import folder_version, list_keys
+from ._store_protocol import folder_version, list_keys
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from ._stores import ObjectStore
+    from ._store_protocol import ObjectStore
     from ._wire import TrajectoryState
 
 DEFAULT_READER_POLL_SECONDS = 1.0
@@ -30,6 +30,7 @@ DEFAULT_READER_POLL_SECONDS = 1.0
 DEFAULT_LISTING_LAG_SECONDS = 5.0
 
 
+@final
 @attrs.frozen
 class StoredEvent:
     """One stored event: the turn it belongs to and its position in that turn."""
@@ -39,6 +40,7 @@ class StoredEvent:
     event: Any
 
 
+@final
 @attrs.frozen
 class TurnEnd:
     """The end of one stored turn, yielded after its events when ``turn_ends=True``.
@@ -144,10 +146,12 @@ async def read_live_trajectory(
         previous, current = turn_keys, turn.next_turn
 
 
+@attrs.define(eq=False)
 class _IdleClock:
-    def __init__(self, timeout: float | None) -> None:
-        self._timeout = timeout
-        self._last = anyio.current_time()
+    """How long the reader has found nothing new: raises once that reaches ``timeout``."""
+
+    _timeout: float | None
+    _last: float = attrs.field(init=False, factory=anyio.current_time)
 
     def touch(self) -> None:
         self._last = anyio.current_time()
@@ -175,6 +179,7 @@ class _Listing:
     at: float  # the reader's clock when it was made
 
 
+@attrs.define(eq=False)
 class _TurnReader:
     """One turn's objects, read as far as they go at each listing.
 
@@ -186,23 +191,29 @@ class _TurnReader:
     believed, one whole listing reads and checks such chunks too.
     """
 
-    def __init__(self, store: ObjectStore, keys: TurnKeys, listing_lag_seconds: float) -> None:
-        self.store = store
-        self.listing_lag_seconds = listing_lag_seconds
-        self.keys = keys
-        self.prefix = keys.live
-        self.turn_id = keys.turn_id
-        self.cursor = 0
-        self.end_next: int | None = None
-        self.next_turn: str | None = None
-        self.end: EndMark | None = None
-        self.done = False
-        self.progressed = False
-        self._short_since: float | None = None  # when a listing first fell short of the end
-        self._read: dict[str, tuple[int, int]] = {}  # chunk name -> (after, next), read
-        self._last_read: str | None = None  # the greatest chunk name read
-        self._gap = False  # the last pass stopped at a chunk after the cursor
-        self._listing: _Listing | None = None  # the last listing after a chunk, if versioned
+    store: ObjectStore
+    keys: TurnKeys
+    listing_lag_seconds: float
+    prefix: str = attrs.field(init=False)
+    turn_id: str = attrs.field(init=False)
+    cursor: int = attrs.field(init=False, default=0)
+    end_next: int | None = attrs.field(init=False, default=None)
+    next_turn: str | None = attrs.field(init=False, default=None)
+    end: EndMark | None = attrs.field(init=False, default=None)
+    done: bool = attrs.field(init=False, default=False)
+    progressed: bool = attrs.field(init=False, default=False)
+    # When a listing first fell short of the end.
+    _short_since: float | None = attrs.field(init=False, default=None)
+    # Chunk name -> (after, next), read.
+    _read: dict[str, tuple[int, int]] = attrs.field(init=False, factory=dict)
+    _last_read: str | None = attrs.field(init=False, default=None)  # the greatest chunk name read
+    _gap: bool = attrs.field(init=False, default=False)  # the last pass stopped past the cursor
+    # The last listing after a chunk, if versioned.
+    _listing: _Listing | None = attrs.field(init=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
+        self.prefix = self.keys.live
+        self.turn_id = self.keys.turn_id
 
     async def read_new(self) -> AsyncIterator[StoredEvent]:
         """Yield the events stored since the last call, and note end and link marks."""

@@ -29,10 +29,11 @@ import random
 import re
 import threading
 import time
-from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
+from typing import TYPE_CHECKING, TypeVar, TypeVarTuple, final
 
 import anyio
 import anyio.lowlevel
+import attrs
 
 from ._errors import (
     InvalidArgumentError,
@@ -45,7 +46,7 @@ from ._errors import (
 )
 from ._extras import install_hint
 from ._keys import MAX_KEY_BYTES, check_key, check_list_prefix, check_prefix
-from ._stores import check_same_bytes, check_start_after
+from ._store_protocol import check_same_bytes, check_start_after
 from ._threads import run_sync_abandoning
 
 try:
@@ -88,6 +89,34 @@ _READ_TIMEOUT_SECONDS = 30.0
 _MAX_ATTEMPTS = 3
 
 
+# The settings' checks, in the order they are made (attrs runs validators in field order).
+
+
+def _check_bucket(store: S3Store, attribute: object, bucket: str) -> None:
+    if not isinstance(bucket, str) or not bucket or "/" in bucket:
+        raise InvalidArgumentError(f"invalid bucket {bucket!r}: a bucket name, no '/'")
+
+
+def _check_settings(store: S3Store, attribute: object, client: S3Client | None) -> None:
+    if client is not None and (store._endpoint_url is not None or store._region_name is not None):
+        raise InvalidArgumentError(
+            "give S3Store a client, or the settings to make one (endpoint_url, "
+            "region_name), not both"
+        )
+
+
+def _check_max_threads(store: S3Store, attribute: object, max_threads: int) -> None:
+    if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
+        raise InvalidArgumentError(f"max_threads must be a positive int, not {max_threads!r}")
+
+
+def _check_prefix(store: S3Store, attribute: object, prefix: str) -> None:
+    check_prefix(prefix)
+
+
+# Checked at construction only, as the settings are given: the client made later is no setting.
+@final
+@attrs.define(eq=False, on_setattr=attrs.setters.NO_OP)
 class S3Store:
     """A write-once store in an S3 bucket, or any S3-compatible service, under a key prefix.
 
@@ -106,36 +135,18 @@ class S3Store:
     one per step.
     """
 
-    def __init__(
-        self,
-        bucket: str,
-        *,
-        prefix: str = "",
-        client: S3Client | None = None,
-        endpoint_url: str | None = None,
-        region_name: str | None = None,
-        max_threads: int = 10,
-    ) -> None:
-        if not isinstance(bucket, str) or not bucket or "/" in bucket:
-            raise InvalidArgumentError(f"invalid bucket {bucket!r}: a bucket name, no '/'")
-        if client is not None and (endpoint_url is not None or region_name is not None):
-            raise InvalidArgumentError(
-                "give S3Store a client, or the settings to make one (endpoint_url, "
-                "region_name), not both"
-            )
-        if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
-            raise InvalidArgumentError(f"max_threads must be a positive int, not {max_threads!r}")
-        self._bucket = bucket
-        self._prefix = check_prefix(prefix)
-        self._client = client
-        self._endpoint_url = endpoint_url
-        self._region_name = region_name
-        self._max_threads = max_threads
-        self._client_lock = threading.Lock()
-        # A limiter belongs to one event loop: each run gets its own.
-        self._limiter: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar(
-            f"follower.S3Store.limiter.{id(self)}"
-        )
+    _bucket: str = attrs.field(validator=_check_bucket)
+    _client: S3Client | None = attrs.field(default=None, kw_only=True, validator=_check_settings)
+    _endpoint_url: str | None = attrs.field(default=None, kw_only=True)
+    _region_name: str | None = attrs.field(default=None, kw_only=True)
+    _max_threads: int = attrs.field(default=10, kw_only=True, validator=_check_max_threads)
+    _prefix: str = attrs.field(default="", kw_only=True, validator=_check_prefix)
+    _client_lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+    # A limiter belongs to one event loop: each run gets its own.
+    _limiter: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._limiter = anyio.lowlevel.RunVar(f"follower.S3Store.limiter.{id(self)}")
 
     @property
     def bucket(self) -> str:

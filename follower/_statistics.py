@@ -8,7 +8,7 @@ block (``_turns``) and the step (``_step``) build them from their own records.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, final
 
 import attrs
 
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 
+@final
 @attrs.frozen(kw_only=True)
 class LiveTurnStatistics:
     """A snapshot of one turn: its follower's reads and its sink's writes.
@@ -52,6 +53,7 @@ class LiveTurnStatistics:
     """Whether the last page (terminal state, nothing more) was read and stored."""
 
 
+@final
 @attrs.frozen(kw_only=True)
 class LiveTurnsStatistics:
     """A snapshot of a step's turns: each turn's value, and their sums.

@@ -25,7 +25,7 @@ from ._layout import (
 
 if TYPE_CHECKING:
     from ._layout import TurnKeys
-    from ._stores import ObjectStore
+    from ._store_protocol import ObjectStore
 
 
 @attrs.frozen

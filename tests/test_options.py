@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import attrs
 import httpx
 import pytest
 
@@ -136,3 +137,10 @@ def test_options_are_frozen() -> None:
     options = FollowOptions(poll_interval_seconds=1.0)
     with pytest.raises(AttributeError):
         options.poll_interval_seconds = 0  # type: ignore[misc]
+
+
+def test_options_are_a_final_attrs_value() -> None:
+    # A value: equal by its fields; final: a subclass could not keep its validators' promise.
+    assert attrs.has(FollowOptions)
+    assert getattr(FollowOptions, "__final__", False)
+    assert FollowOptions(poll_interval_seconds=1.0) == FollowOptions(poll_interval_seconds=1.0)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -351,6 +352,34 @@ async def test_the_memory_store_remembers_the_content_type() -> None:
         assert store.content_type("a.jsonl") == "application/jsonl"
         with pytest.raises(ObjectNotFoundError):
             store.content_type("b.jsonl")
+
+
+@pytest.mark.parametrize("kind", [MemoryStore, FilesystemStore, S3Store])
+def test_the_stores_are_final_attrs_resources_equal_only_to_themselves(
+    kind: type[Any], tmp_path: Path
+) -> None:
+    assert attrs.has(kind)
+    assert getattr(kind, "__final__", False)
+    made = {
+        MemoryStore: MemoryStore,
+        FilesystemStore: lambda: FilesystemStore(tmp_path),
+        S3Store: lambda: S3Store("bucket"),
+    }[kind]
+    one, other = made(), made()
+    # Two stores of the same settings are two stores: each holds its own state (objects, a client).
+    assert one == one
+    assert one != other
+    assert len({one, other}) == 2
+
+
+def test_the_sink_shows_its_endpoint_without_its_password() -> None:
+    sink = follower.LiveTrajectoryChunks(
+        MemoryStore(), "steps/s1/", "turn-1", task_id="t1", endpoint="https://u:hunter2@agent/"
+    )
+    assert attrs.has(follower.LiveTrajectoryChunks)
+    assert getattr(follower.LiveTrajectoryChunks, "__final__", False)
+    assert "hunter2" not in repr(sink)
+    assert "turn-1" in repr(sink)
 
 
 # --- the filesystem store -------------------------------------------------------------
