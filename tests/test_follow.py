@@ -37,7 +37,11 @@ from follower import (
     _follow,
     follow_trajectory,
 )
-from follower._follow import BACKLOG_PAGE_BYTES, NOT_FOUND_GRACE_SECONDS, NOT_FOUND_RETRY_SECONDS
+from follower._read_policy import (
+    BACKLOG_PAGE_BYTES,
+    NOT_FOUND_GRACE_SECONDS,
+    NOT_FOUND_RETRY_SECONDS,
+)
 from follower._retries import retry_delay
 
 from .support.agents import ENDPOINT, RecordingSink, ScriptedAgent
