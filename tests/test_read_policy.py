@@ -11,7 +11,9 @@ is bounded, and reads are never back to back for ever.
 
 from __future__ import annotations
 
+import ast
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, note
@@ -24,6 +26,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from follower import _read_policy
 from follower._errors import (
     AgentRefusedError,
     AgentUnavailableError,
@@ -312,3 +315,16 @@ def test_each_error_of_a_read_falls_in_its_row(case: tuple[FollowerError, Failur
     outcome = read_failed(exc)
     assert outcome.failure is failure
     assert outcome.retry_after_seconds == (7.0 if failure is Failure.UNAVAILABLE else None)
+
+
+def test_the_policy_imports_no_event_loop_and_no_io() -> None:
+    tree = ast.parse(Path(_read_policy.__file__).read_text(encoding="utf-8"))
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    banned = {"anyio", "asyncio", "trio", "httpx", "socket", "time", "random", "logging"}
+    assert not {name.split(".")[0] for name in imported} & banned
