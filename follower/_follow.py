@@ -1,8 +1,10 @@
 """Following one task's live trajectory: the read loop (docs/protocol.md, "Following one task").
 
+What to do after each read is the read policy's (``_read_policy``: sync, no
+I/O); this module reads, hands pages to the sink, waits, and ends as it is told.
 Before ``stop`` an agent that fails to answer may be busy, so a failed read is
 retried with jittered backoff. After ``stop`` the turn has ended, so an agent
-that fails to answer is gone: the read raises :class:`FollowingEnded`, and this
+that fails to answer is gone: the loop raises :class:`FollowingEnded`, and this
 module, its only owner, returns.
 
 Logs never grow with the reads: an agent that starts failing is one warning, its
@@ -25,7 +27,6 @@ import attrs
 
 from ._clients import leased_client
 from ._errors import (
-    AgentUnavailableError,
     ClientClosedError,
     FollowerError,
     FollowingEnded,
@@ -42,7 +43,24 @@ from ._options import (
     FollowOptions,
     count,
 )
-from ._retries import FailureStreak, backoff_fraction, failure_reason, retry_delay
+
+# Re-exported: tests pace their agents by it.
+from ._read_policy import AFTER_STOP_PAUSE_SECONDS as AFTER_STOP_PAUSE_SECONDS
+from ._read_policy import (
+    Action,
+    End,
+    Ending,
+    Failure,
+    HandOver,
+    Outcome,
+    PageRead,
+    ReadNow,
+    ReadPolicy,
+    Wait,
+    read_failed,
+    tally,
+)
+from ._retries import FailureStreak, backoff_fraction, failure_reason
 
 if TYPE_CHECKING:
     import httpx
@@ -52,23 +70,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("follower.follow")
 
 Sink = Callable[["TrajectoryBatch"], Awaitable[None]]
-
-AFTER_STOP_PAUSE_SECONDS = 0.2
-# An agent that answers has_more read after read is read back to back, but not for
-# ever: after this many such pages in a row the follower pauses (AFTER_STOP_PAUSE_SECONDS,
-# or the poll interval if shorter), so an agent that always has more, a little at a
-# time, gets at most ~500 reads a second of one follower. A page of BACKLOG_PAGE_BYTES or
-# more on the wire is a backlog being read, each read paying its way in what it stores,
-# and does not count: counting every page, a 1,000,000-event backlog in pages of 1,000
-# paused 10 times, 2 s of a 3.4 s catch-up. (Bytes, not events: 100 tiny events cost an
-# agent nothing to send.)
-MAX_READS_WITHOUT_PAUSE = 100
-BACKLOG_PAGE_BYTES = 32 * 1024
-# An agent may register a task's trajectory a moment after message/send answered:
-# until a follower has read a page, a 404 within this long of its first read is
-# "not yet", read again after the poll interval (at most NOT_FOUND_RETRY_SECONDS).
-NOT_FOUND_GRACE_SECONDS = 10.0
-NOT_FOUND_RETRY_SECONDS = 1.0
 
 
 @attrs.frozen
@@ -245,96 +246,106 @@ async def follow_task(
     return progress.outcome()
 
 
+@attrs.define(eq=False, kw_only=True)
 class _Follower:
-    def __init__(
-        self,
-        *,
-        endpoint: str,
-        task_id: str,
-        sink: Sink,
-        options: FollowOptions,
-        stop: anyio.Event,
-        progress: FollowProgress,
-        turn_id: str | None = None,
-    ) -> None:
-        self.endpoint = endpoint
-        self.task_id = task_id
-        self.sink = sink
-        self.options = options
-        self.poll = options.poll_interval_seconds
-        self.stop = stop
-        self.progress = progress
-        self.extra: dict[str, object] = {"task_id": task_id, "turn_id": turn_id}
-        self.failing = FailureStreak(
-            logger, f"reads of task {task_id} at {endpoint}", noun="read", extra=self.extra
-        )
-        self._first_read_at: float | None = None
-        self._read_a_page = False
-        self._not_found = 0
-        self._back_to_back = 0
+    """The read loop's I/O: reads, tells the read policy what came back, does as it says."""
+
+    endpoint: str
+    task_id: str
+    sink: Sink
+    options: FollowOptions
+    stop: anyio.Event
+    progress: FollowProgress
+    turn_id: str | None = None
+    extra: dict[str, object] = attrs.field(init=False)
+    failing: FailureStreak = attrs.field(init=False)
+    policy: ReadPolicy = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.extra = {"task_id": self.task_id, "turn_id": self.turn_id}
+        what = f"reads of task {self.task_id} at {self.endpoint}"
+        self.failing = FailureStreak(logger, what, noun="read", extra=self.extra)
+        # The draw looked up at each call: tests pin this module's backoff_fraction.
+        self.policy = ReadPolicy(self.poll, draw=lambda: backoff_fraction())
+
+    @property
+    def poll(self) -> float:
+        return self.options.poll_interval_seconds
 
     async def run(self, client: httpx.AsyncClient, after: int) -> None:
         cursor = after
         while True:
-            try:
-                page = await self._read(client, cursor)
-            except TaskNotFoundError:
-                if self._may_be_registered_late():
-                    self._not_found += 1
-                    logger.debug("task %s is not known yet; reading again", self.task_id)
-                    await self._wait_or_stop(min(self.poll, NOT_FOUND_RETRY_SECONDS))
-                    continue
-                self._log_unknown()
+            read = await self._read(client, cursor)
+            action = self._told(read)
+            if isinstance(action, HandOver):
+                assert not isinstance(read, FollowerError)
+                await self.sink(read.to_batch())
+                cursor = read.next
+                self._handed_over(read)
+                action = self.policy.handed_over(stopped=self._gone_after_stop())
+            if isinstance(action, End):
+                self._end(action.ending, read)
                 return
-            except AgentUnavailableError as exc:
-                delay = retry_delay(
-                    self.poll, self.failing.in_a_row, backoff_fraction(), exc.retry_after_seconds
-                )
-                self.failing.retrying(delay)
-                await self._wait_or_stop(delay)
-                continue
-            except PoolBusyError as exc:
-                # Our own pool is full: not the agent's failure, so no backoff and no sentinel.
-                self.progress.pool_waits += 1
-                logger.debug("%s; reading task %s again", exc, self.task_id, extra=self.extra)
-                await self._pause()
-                continue
+            await self._carry_out(action, read)
+
+    def _told(self, read: Page | FollowerError) -> Action:
+        """Count the read, log what it did to the run of failures, and ask the policy."""
+        outcome: Outcome
+        if isinstance(read, FollowerError):
+            outcome = read_failed(read)
+            if outcome.failure is Failure.UNAVAILABLE:
+                self.failing.failed(read)
+        else:
+            outcome = PageRead(len(read.events), read.last, read.has_more, read.body_bytes)
             self.failing.recovered()
-            if not self._read_a_page and self._not_found:
+            if not self.policy.read_a_page and self.policy.not_found:
                 logger.debug(
                     "task %s is known after %d reads answered 404",
                     self.task_id,
-                    self._not_found,
+                    self.policy.not_found,
                     extra=self.extra,
                 )
-            self._read_a_page = True
-            self.progress.state = page.state
-            if page.events or page.last:
-                await self.sink(page.to_batch())
-                cursor = page.next
-                self._handed_over(page)
-            if page.last:
-                return
-            if page.has_more:
-                await self._next_at_once(page.body_bytes)
-            else:
-                self._back_to_back = 0
-                await self._pause()
+            self.progress.state = read.state
+        counted = tally(outcome)
+        self.progress.reads += counted.reads
+        self.progress.failed_reads += counted.failed_reads
+        self.progress.pool_waits += counted.pool_waits
+        return self.policy.read(outcome, stopped=self._gone_after_stop(), now=anyio.current_time())
 
-    def _may_be_registered_late(self) -> bool:
-        """Whether a 404 may still mean "not yet": no page read, not stopped, in the grace."""
-        if self._read_a_page or self.stop.is_set() or self._first_read_at is None:
-            return False
-        return anyio.current_time() - self._first_read_at < NOT_FOUND_GRACE_SECONDS
+    def _end(self, ending: Ending, read: Page | FollowerError) -> None:
+        """Carry out the end of following: return, or raise the sentinel or the read's error."""
+        if ending is Ending.UNKNOWN:
+            self._log_unknown()
+        elif isinstance(read, FollowerError):
+            if ending is Ending.GONE:
+                raise FollowingEnded(f"task {self.task_id}: read failed after stop") from read
+            raise read
+
+    async def _carry_out(self, action: Action, read: Page | FollowerError) -> None:
+        if isinstance(action, ReadNow):
+            await anyio.lowlevel.checkpoint()
+            return
+        assert isinstance(action, Wait)
+        if isinstance(read, PoolBusyError):
+            logger.debug("%s; reading task %s again", read, self.task_id, extra=self.extra)
+        elif isinstance(read, TaskNotFoundError):
+            logger.debug("task %s is not known yet; reading again", self.task_id)
+        elif isinstance(read, FollowerError):
+            self.failing.retrying(action.seconds)
+        if action.until_stop:
+            await self._wait_or_stop(action.seconds)
+        else:
+            await anyio.sleep(action.seconds)
 
     def _log_unknown(self) -> None:
-        if self._not_found and self._first_read_at is not None:
+        first_read_at = self.policy.first_read_at
+        if self.policy.not_found and first_read_at is not None:
             logger.warning(
                 "task %s is unknown to the agent at %s after %d reads in %.1f s; not following it",
                 self.task_id,
                 self.endpoint,
-                self._not_found + 1,
-                anyio.current_time() - self._first_read_at,
+                self.policy.not_found + 1,
+                anyio.current_time() - first_read_at,
                 extra=self.extra,
             )
         else:
@@ -345,12 +356,11 @@ class _Follower:
                 extra=self.extra,
             )
 
-    async def _read(self, client: httpx.AsyncClient, cursor: int) -> Page:
-        """One cursor read; after stop, a failed read ends following (the sentinel's seam)."""
+    async def _read(self, client: httpx.AsyncClient, cursor: int) -> Page | FollowerError:
+        """One cursor read: its page, or the library's error that it failed with."""
         if client.is_closed:
-            raise self._client_closed()
-        if self._first_read_at is None:
-            self._first_read_at = anyio.current_time()
+            return self._client_closed()
+        self.policy.reading(anyio.current_time())
         try:
             page = await read_page(
                 client,
@@ -362,19 +372,12 @@ class _Follower:
                 headers=self.options.headers,
                 max_event_bytes=self.options.max_event_bytes,
             )
-        except PoolBusyError:
-            raise  # never sent: not a read of the agent
         except ClientClosedError as exc:
-            raise self._client_closed() from exc  # our caller's doing, not the agent's
+            closed = self._client_closed()  # our caller's doing, not the agent's
+            closed.__cause__ = exc
+            return closed
         except FollowerError as exc:
-            self.progress.reads += 1
-            self.progress.failed_reads += 1
-            if isinstance(exc, AgentUnavailableError):
-                self.failing.failed(exc)
-                if self._gone_after_stop():
-                    raise FollowingEnded(f"task {self.task_id}: read failed after stop") from exc
-            raise
-        self.progress.reads += 1
+            return exc
         if not page.has_more:
             self.progress.caught_up_at = anyio.current_time()
         return page
@@ -388,7 +391,7 @@ class _Follower:
         )
 
     def _gone_after_stop(self) -> bool:
-        """After stop the turn has ended, so an agent that fails to answer is gone."""
+        """Whether the step has stopped: the turn has ended, so an agent that fails is gone."""
         return self.stop.is_set()
 
     def _handed_over(self, page: Page) -> None:
@@ -397,23 +400,6 @@ class _Follower:
         self.progress.cursor = page.next
         self.progress.events += len(page.events)
         self.progress.complete = page.last
-
-    async def _next_at_once(self, page_bytes: int) -> None:
-        """Between pages that have more: a checkpoint, and a short pause now and then."""
-        if page_bytes < BACKLOG_PAGE_BYTES:
-            self._back_to_back += 1
-        if self._back_to_back < MAX_READS_WITHOUT_PAUSE:
-            await anyio.lowlevel.checkpoint()
-        else:
-            self._back_to_back = 0
-            await anyio.sleep(min(AFTER_STOP_PAUSE_SECONDS, self.poll))
-
-    async def _pause(self) -> None:
-        """The wait between reads of a task with nothing new to read."""
-        if self.stop.is_set():
-            await anyio.sleep(min(AFTER_STOP_PAUSE_SECONDS, self.poll))
-        else:
-            await self._wait_or_stop(self.poll)
 
     async def _wait_or_stop(self, seconds: float) -> None:
         with anyio.move_on_after(seconds):

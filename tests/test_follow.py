@@ -29,7 +29,11 @@ from follower import (
     TrajectoryState,
     _follow,
 )
-from follower._follow import BACKLOG_PAGE_BYTES, NOT_FOUND_GRACE_SECONDS, NOT_FOUND_RETRY_SECONDS
+from follower._read_policy import (
+    BACKLOG_PAGE_BYTES,
+    NOT_FOUND_GRACE_SECONDS,
+    NOT_FOUND_RETRY_SECONDS,
+)
 from follower._retries import retry_delay
 from follower.lowlevel import TrajectoryBatch, follow_trajectory
 
