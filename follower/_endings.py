@@ -1,6 +1,8 @@
-"""How a turn's block ends: cancels and Ctrl-C told apart from failures, and cleanup writes.
+"""How a turn's block ends: its task group unwrapped, cancels and Ctrl-C told apart, cleanup.
 
-A cleanup write runs after the body; each is bounded here, and logged, never
+:func:`exit_unwrapped` takes the group apart so that the body's exception
+comes out as itself; :func:`outcome_of` tells the ledger how the body ended. A
+cleanup write runs after the body; each is bounded here, and logged, never
 raised, so that it cannot replace the step's outcome. A block's cleanup as a
 whole runs in :func:`run_cleanup`, which a native asyncio cancel cannot cut short.
 """
@@ -12,6 +14,9 @@ import math
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.abc
+
+from ._ledger import Outcome
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -35,6 +40,13 @@ def is_stopped_from_outside(exc: BaseException | None) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(is_stopped_from_outside(e) for e in exc.exceptions)
     return is_cancellation(exc) or isinstance(exc, KeyboardInterrupt)
+
+
+def outcome_of(exc: BaseException | None) -> Outcome:
+    """How a body or a step ended, for its ledger: returned, raised, or stopped from outside."""
+    if exc is None:
+        return Outcome.RETURNED
+    return Outcome.STOPPED if is_stopped_from_outside(exc) else Outcome.RAISED
 
 
 async def bounded_cleanup(
@@ -102,6 +114,40 @@ async def run_cleanup(
         if outcome is None and anyio.current_effective_deadline() != -math.inf:
             raise
         # Or the step raised or was cancelled already: its own outcome goes on, as itself.
+
+
+async def exit_unwrapped(tg: anyio.abc.TaskGroup, exc: BaseException | None) -> None:
+    """Exit a turn's task group after ``exc``; unwrap exactly the body's exception and cancels.
+
+    ``exc`` is the body's exception, None if it returned. Unwrapped, the body's
+    own exception goes on as itself (its traceback intact, once the caller's
+    ``__aexit__`` returns False); anything else is a bug, never hidden.
+    """
+    cancelled = anyio.get_cancelled_exc_class()
+    try:
+        await tg.__aexit__(type(exc) if exc else None, exc, exc.__traceback__ if exc else None)
+    except BaseExceptionGroup as group:
+        # Followers never raise into the group, so it can only hold the body's
+        # exception and cancels. Anything else is a bug: never hide it. (Compare
+        # leaves: a backend may rebuild the body's own group around them.)
+        # Ctrl-C is delivered on trio inside whichever task runs: a follower's too.
+        body_leaves = {id(leaf) for leaf in leaves(exc)}
+        group_leaves = leaves(group)
+        if not all(
+            id(leaf) in body_leaves or isinstance(leaf, cancelled | KeyboardInterrupt)
+            for leaf in group_leaves
+        ):
+            raise
+        for leaf in group_leaves:
+            if isinstance(leaf, KeyboardInterrupt) and id(leaf) not in body_leaves:
+                raise leaf from None
+        if exc is None:
+            raise group_leaves[0] from None
+    except BaseException as raised:
+        # A cancel while the group exits does not replace the body's own exception
+        # or cancel (a native asyncio one may land here, after the body raised).
+        if raised is not exc and not (isinstance(raised, cancelled) and exc is not None):
+            raise
 
 
 def leaves(exc: BaseException | None) -> list[BaseException]:

@@ -1,25 +1,28 @@
 """A step's turns, linked in order; or a lone turn.
 
-The turns' blocks (``_turns``) own the tasks; this module only orders the turns,
-marks the step's last one, and sums what its turns did (``statistics()``).
+The turns' blocks (``_turns``) own the tasks and the step's ledger
+(``_ledger.StepLedger``) every decision; this module opens the turns, writes
+the step's last mark where the ledger says, and sums what its turns did
+(``statistics()``).
 """
 
 from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, final
 
 import anyio
 import anyio.lowlevel
+import attrs
 
-from ._chain import TurnChain, TurnProgress
 from ._chunks import LiveTrajectoryChunks, write_next_turn
-from ._endings import bounded_cleanup, is_stopped_from_outside, run_cleanup
+from ._endings import bounded_cleanup, outcome_of, run_cleanup
 from ._errors import AgentCardError, TurnStateError
 from ._exchange import checked_endpoint
 from ._keys import check_prefix
 from ._layout import TurnKeys
+from ._ledger import StepLedger
 from ._options import (
     DEFAULT_DRAIN_SECONDS,
     DEFAULT_MAX_EVENT_BYTES,
@@ -30,7 +33,6 @@ from ._options import (
 from ._statistics import LiveTurnsStatistics
 from ._stored_turn import read_stored_turn
 from ._turns import open_turn
-from ._wire import TrajectoryState
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
 
     import httpx
 
+    from ._chain import TurnProgress
+    from ._ledger import StepEnd
     from ._stores import ObjectStore
     from ._turns import LiveTurn
 
@@ -119,10 +123,12 @@ def following_live_trajectory(
     if previous_turn_id is not None:
         TurnKeys(prefix_key, previous_turn_id)  # refused now, not at the first link
     keys = TurnKeys(prefix_key, turn_id)
-    chain = TurnChain(previous_turn_id)
-    return open_turn(endpoint, store, keys, options=options, chain=chain, resume=resume)
+    ledger = StepLedger(previous_turn_id)
+    return open_turn(endpoint, store, keys, options=options, ledger=ledger, resume=resume)
 
 
+@final
+@attrs.define(eq=False, init=False, repr=False)  # no repr: the options hold headers
 class LiveTurns:
     """A step's turns, linked in order: ``following(turn_id)`` for each, ``end()`` after.
 
@@ -138,6 +144,14 @@ class LiveTurns:
     ``max_event_bytes`` cap each read, and ``headers`` go with each read, as in
     :func:`following_live_trajectory`.
     """
+
+    endpoint: str
+    store: ObjectStore
+    prefix_key: str
+    resume: bool
+    _options: FollowOptions
+    _ledger: StepLedger = attrs.field(factory=StepLedger, init=False)
+    _entered: bool = attrs.field(default=False, init=False)
 
     def __init__(
         self,
@@ -155,11 +169,9 @@ class LiveTurns:
         headers: Mapping[str, str] | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
-        self.endpoint = live_endpoint(endpoint)
-        self.resume = resume
-        self.store = store
-        self.prefix_key = check_prefix(prefix_key)
-        self._options = FollowOptions(
+        endpoint = live_endpoint(endpoint)
+        prefix_key = check_prefix(prefix_key)
+        options = FollowOptions(
             poll_interval_seconds=poll_interval_seconds,
             drain_seconds=drain_seconds,
             client=client,
@@ -169,39 +181,25 @@ class LiveTurns:
             max_follow_seconds=max_follow_seconds,
             headers=headers,
         )
-        self._chain = TurnChain()
-        self._turn_ids: set[str] = set()
-        self._ended = False
-        self._entered = False
-
-    @property
-    def last_followed_turn_id(self) -> str | None:
-        return self._chain.last_followed
+        self.__attrs_init__(endpoint, store, prefix_key, resume, options)
 
     def following(self, turn_id: str) -> AbstractAsyncContextManager[LiveTurn]:
         """The block of the next turn; yields a :class:`LiveTurn`."""
-        if self._ended:
-            raise TurnStateError(
-                f"these turns have ended; turn {turn_id!r:.100} cannot follow",
-                turn_id=turn_id if isinstance(turn_id, str) else None,
-            )
-        if turn_id in self._turn_ids:
-            raise TurnStateError(f"turn {turn_id!r} was already used in this step", turn_id=turn_id)
+        self._ledger.check_opening(turn_id)
         block = open_turn(
             self.endpoint,
             self.store,
             TurnKeys(self.prefix_key, turn_id),
             options=self._options,
-            chain=self._chain,
+            ledger=self._ledger,
             resume=self.resume,
         )
-        self._turn_ids.add(turn_id)
-        self._chain.opened(block)
+        self._ledger.opened(block)
         return block
 
     def progress(self) -> tuple[TurnProgress, ...]:
         """Where each turn of the step stands now, in the order they were opened; read-only."""
-        return tuple(turn.turn_progress() for turn in self._chain.turns)
+        return tuple(turn.turn_progress() for turn in self._ledger.views)
 
     def statistics(self) -> LiveTurnsStatistics:
         """What the step's turns have done so far: each turn's snapshot, and their sums.
@@ -209,7 +207,7 @@ class LiveTurns:
         Cheap and without I/O (an operator may poll it for thousands of
         followers); frozen, as trio's ``statistics()`` are.
         """
-        turns = self._chain.turns
+        turns = self._ledger.views
         # One clock reading for every turn, and none when no follower runs.
         now = anyio.current_time() if any(turn.running for turn in turns) else None
         return LiveTurnsStatistics.of_turns([turn.statistics(now) for turn in turns])
@@ -222,30 +220,28 @@ class LiveTurns:
         ``end.json``, and the exit writes no ``{"turn": null}``; everything stored
         stays, and the next attempt continues it with ``resume=True``.
         """
-        self._chain.handing_off = True
+        self._ledger.hand_off()
 
     async def end(self) -> None:
         """Mark the last followed turn as the step's last: its ``next.json`` is null."""
         await self._end(None)
 
     async def _end(self, exc: BaseException | None) -> None:
-        if self._ended:
-            return
-        self._ended = True
-        last = self._chain.last_followed
-        if last is None or last in self._chain.taken or not self._chain.ends_for_good:
-            return
-        await run_cleanup(lambda: self._mark_last(last, exc), exc)
+        last = self._ledger.end(outcome_of(exc))
+        if last is not None:
+            await run_cleanup(lambda: self._mark_last(last), exc)
 
-    async def _mark_last(self, last: str, exc: BaseException | None) -> None:
-        extra = {"task_id": self._task_of(last), "turn_id": last}
+    async def _mark_last(self, last: StepEnd) -> None:
+        extra = {"task_id": last.task_id, "turn_id": last.turn_id}
+        keys = TurnKeys(self.prefix_key, last.turn_id)
         try:
-            keys = await self._end_of_stored_chain(TurnKeys(self.prefix_key, last), exc)
+            keys = await self._end_of_stored_chain(keys, last)
         except Exception:
             # A cleanup never replaces the step's outcome: log, and mark what we can.
-            logger.exception("turn %s: reading the stored chain past it failed", last, extra=extra)
-            keys = TurnKeys(self.prefix_key, last)
-        if keys.turn_id != last:
+            logger.exception(
+                "turn %s: reading the stored chain past it failed", last.turn_id, extra=extra
+            )
+        if keys.turn_id != last.turn_id:
             extra = {"task_id": None, "turn_id": keys.turn_id}
         await bounded_cleanup(
             f"turn {keys.turn_id}: marking it last",
@@ -253,27 +249,13 @@ class LiveTurns:
             extra=extra,
         )
 
-    def _task_of(self, turn_id: str) -> str | None:
-        progress = (turn.turn_progress() for turn in self._chain.turns)
-        return next((p.task_id for p in progress if p.turn_id == turn_id), None)
-
-    async def _end_of_stored_chain(self, keys: TurnKeys, exc: BaseException | None) -> TurnKeys:
-        """The turn to mark last: past turns an earlier attempt linked on to, each ended here.
-
-        A resumed step may stop before the turns an earlier attempt reached; they
-        get their end mark (incomplete), even one that stored nothing, so that
-        the chain still ends for readers.
-        """
-        state = TrajectoryState.CANCELED if is_stopped_from_outside(exc) else TrajectoryState.FAILED
-        seen = {keys.turn_id}
-        while True:
-            link = (await read_stored_turn(self.store, keys)).link
-            if link is None or link.turn is None or link.turn in seen:
-                return keys
-            keys = TurnKeys(self.prefix_key, link.turn)
-            seen.add(keys.turn_id)
+    async def _end_of_stored_chain(self, keys: TurnKeys, last: StepEnd) -> TurnKeys:
+        """The turn to mark last: past turns an earlier attempt linked on to, each ended here."""
+        while (turn_id := last.past((await read_stored_turn(self.store, keys)).link)) is not None:
+            keys = TurnKeys(self.prefix_key, turn_id)
             stored = await read_stored_turn(self.store, keys)
-            if stored.end is None:  # an empty turn too: readers need its end mark
+            mark = last.end_mark_past(stored)
+            if mark is not None:
                 sink = LiveTrajectoryChunks(
                     self.store,
                     self.prefix_key,
@@ -283,9 +265,10 @@ class LiveTurns:
                 )
                 await bounded_cleanup(
                     f"turn {keys.turn_id}: end mark",
-                    partial(sink.end, state, False),
+                    partial(sink.end, mark.state, mark.complete),
                     extra={"task_id": None, "turn_id": keys.turn_id},
                 )
+        return keys
 
     async def __aenter__(self) -> LiveTurns:
         # No client is leased for the step: one shared by its turns would serve

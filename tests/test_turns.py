@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from follower import (
+    LiveTurn,
     LiveTurns,
     MemoryStore,
     ObjectExistsError,
@@ -495,3 +496,18 @@ async def test_link_lands_when_written_before_and_cleanup_finds_it_there() -> No
     with pytest.raises(ObjectExistsError):
         await store.put(live("turn-1") + "next.json", b"{}", content_type="x")
     assert await load(store, live("turn-1") + "next.json") == {"turn": "turn-2"}
+
+
+async def test_a_live_turn_is_made_by_the_library_only() -> None:
+    agent, store = ScriptedAgent(), MemoryStore()
+    agent.add_task("t1")
+    agent.publish("t1", 0)
+    agent.finish("t1")
+    with anyio.fail_after(30):
+        async with turn_block(agent, store) as turn:
+            assert type(turn) is LiveTurn  # made with LiveTurn._create
+            with pytest.raises(TypeError, match="no public constructor"):
+                LiveTurn(turn._block)
+            turn.follow("t1")
+            turn.ended("completed")
+    assert (await load(store, live("turn-1") + "end.json"))["state"] == "completed"

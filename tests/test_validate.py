@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 import follower._validate_table
-from follower._chain import TurnChain
 from follower._cli import EXIT_BOUND_BROKEN, EXIT_OK, EXIT_USAGE, main
 from follower._clients import leased_client
 from follower._layout import TurnKeys
+from follower._ledger import StepLedger
 from follower._options import FollowOptions
 from follower._turns import _TurnBlock
 from follower._validate import AGENTS, BACKENDS, OUTCOMES, QUICK, Cell, CellRun, broken_bounds
@@ -166,7 +166,7 @@ def opening(block: type[_TurnBlock]) -> Any:
         endpoint: str, store: Any, prefix_key: str, turn_id: str, **options: Any
     ) -> _TurnBlock:
         keys = TurnKeys(prefix_key, turn_id)
-        return block(endpoint, store, keys, options=FollowOptions(**options), chain=TurnChain())
+        return block(endpoint, store, keys, options=FollowOptions(**options), ledger=StepLedger())
 
     return open_turn
 

@@ -1,8 +1,9 @@
 """Followers broken on purpose, each the way a follower has gone or could go wrong.
 
-Each is the library with one piece replaced (a subclass of its follower loop or
-of its turn block, patched in for one example by a :class:`Variant`), so that
-``tests/properties/test_properties_bite.py`` can show the properties catch each mistake.
+Each is the library with one piece replaced (a subclass of its follower loop,
+of its turn block or of its ledger's turn record, patched in for one example by
+a :class:`Variant`), so that ``tests/properties/test_properties_bite.py`` can
+show the properties catch each mistake.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ import anyio
 import attrs
 
 import follower._follow
+import follower._ledger
 import follower._turns
 from follower._chunks import LiveTrajectoryChunks
 from follower._follow import AFTER_STOP_PAUSE_SECONDS, _Follower
 from follower._layout import JSON, EndMark
+from follower._ledger import EndMarkPlan, Outcome, TurnRecord
 from follower._stored_turn import StoredTurn
 from follower._turns import _TurnBlock
-from follower._wire import TrajectoryBatch
+from follower._wire import TrajectoryBatch, TrajectoryState
 
 from .run import Variant
 
@@ -193,17 +196,23 @@ REREADS_STORED_EVENTS = Variant(
 # --- an end mark on hand-off --------------------------------------------------------------
 
 
-class EndOnHandOffBlock(_TurnBlock):
-    """Writes its end mark when it exits, handed off or not: the next attempt finds it ended."""
+class EndOnHandOffRecord(TurnRecord):
+    """Plans an end mark at its exit, handed off or not: the next attempt finds the turn ended."""
 
-    @property
-    def _marks_its_end(self) -> bool:
-        return self.task_id is not None and (self._stored is None or self._stored.end is None)
+    def _end_mark(
+        self, outcome: Outcome, complete: bool, last_state: TrajectoryState | None
+    ) -> EndMarkPlan | None:
+        said = self.handing_off, self.ledger.handing_off
+        self.handing_off = self.ledger.handing_off = False  # as if no hand-off was said
+        try:
+            return super()._end_mark(outcome, complete, last_state)
+        finally:
+            self.handing_off, self.ledger.handing_off = said
 
 
 ENDS_ON_HAND_OFF = Variant(
     "writes end.json though it was handed off",
-    patches=((follower._turns, "_TurnBlock", EndOnHandOffBlock),),
+    patches=((follower._ledger, "TurnRecord", EndOnHandOffRecord),),
 )
 
 BROKEN = (
