@@ -18,6 +18,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import httpx
 
+from ._agent_client import AgentClient
 from ._discovery import printable
 from ._errors import (
     AgentRefusedError,
@@ -32,6 +33,7 @@ from ._errors import (
     TaskNotFoundError,
     add_context,
 )
+from ._http_body import BODY_EXTENSION, ResponseBody
 from ._options import (
     DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_PAGE_BYTES,
@@ -39,7 +41,6 @@ from ._options import (
     RequestHeaders,
 )
 from ._redact import quoted
-from ._transport import BODY_EXTENSION, AgentClient, ResponseBody
 from ._wire import LARGE_PAGE_BYTES, Page
 
 if TYPE_CHECKING:
