@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Final, final
 
+import attrs
 import httpx
 
 MAX_HEAD_BYTES: Final = 64 * 1024
@@ -28,18 +29,14 @@ _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 @final
+@attrs.define(eq=False)
 class ResponseHead:
     """A response's status line and fields, as received (names keep their case)."""
 
-    __slots__ = ("headers", "http_version", "reason", "status")
-
-    def __init__(
-        self, status: int, reason: bytes, http_version: bytes, headers: list[tuple[bytes, bytes]]
-    ) -> None:
-        self.status = status
-        self.reason = reason
-        self.http_version = http_version
-        self.headers = headers
+    status: int
+    reason: bytes
+    http_version: bytes
+    headers: list[tuple[bytes, bytes]]
 
     def __repr__(self) -> str:
         return f"ResponseHead({self.status}, {self.reason!r}, {self.http_version!r})"

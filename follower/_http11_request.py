@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final, final
 
+import attrs
 import httpx
 
 from ._http11_head import FIELD_VALUE, FRAMING_FIELDS, MAX_LENGTH_DIGITS, TOKEN, tokens
@@ -34,6 +35,8 @@ class RequestWriter:
     ``httpx.LocalProtocolError``.
     """
 
+    # Not attrs: one is made for every request, from a head its __init__ checks; attrs
+    # would add a named constructor's call to each.
     __slots__ = ("_length", "_sent", "chunked", "close", "head", "method")
 
     def __init__(
@@ -81,6 +84,7 @@ class RequestWriter:
 
 
 @final
+@attrs.define(eq=False)
 class KnownHeads:
     """Request heads checked already, so a head sent over and over is checked once.
 
@@ -92,10 +96,9 @@ class KnownHeads:
     when it closes. At most ``MAX_KNOWN_HEADS``, then it starts afresh.
     """
 
-    __slots__ = ("_heads",)
-
-    def __init__(self) -> None:
-        self._heads: dict[tuple[bytes, bytes, tuple[tuple[bytes, bytes], ...]], _Head] = {}
+    _heads: dict[tuple[bytes, bytes, tuple[tuple[bytes, bytes], ...]], _Head] = attrs.field(
+        factory=dict, init=False
+    )
 
     def __len__(self) -> int:
         return len(self._heads)

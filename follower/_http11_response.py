@@ -89,6 +89,9 @@ class ResponseParser:
     whether the connection may carry another exchange.
     """
 
+    # Not attrs: one is made for every exchange, and attrs' __init__ looks up each
+    # field's default in its field table (1.4 to 2.2 us a parser, measured).
+
     __slots__ = (
         "_at",
         "_buffer",
