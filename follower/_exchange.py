@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
+import attrs
 import httpx
 
 from ._agent_client import AgentClient
@@ -320,6 +321,7 @@ def _bounded_by_traces(request: httpx.Request, timeout_seconds: float) -> anyio.
     return deadline
 
 
+@attrs.define(eq=False)
 class _BodyStream(httpx.AsyncByteStream):
     """A request body that is an iterator, not an async generator.
 
@@ -328,16 +330,17 @@ class _BodyStream(httpx.AsyncByteStream):
     as a ResourceWarning on every failed read.
     """
 
-    def __init__(self, body: bytes) -> None:
-        self._body = body
+    _body: bytes
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return _Once(self._body)
 
 
+@attrs.define(eq=False)
 class _Once:
-    def __init__(self, chunk: bytes) -> None:
-        self._chunk: bytes | None = chunk
+    """One chunk, then the end."""
+
+    _chunk: bytes | None
 
     def __aiter__(self) -> _Once:
         return self
