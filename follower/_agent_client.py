@@ -92,9 +92,10 @@ class AgentClient(httpx.AsyncClient):
         The same request, field for field and in the same order: the client's
         headers merged with ``headers``, then ``Host`` in front and the body's
         ``Content-Length`` and ``Content-Type`` behind, unless already there. Where
-        the client holds cookies or params, or the URL is relative, httpx builds it.
+        the client holds cookies or params, or the URL is relative, httpx builds it; so
+        too where no encoder of ours sends what httpx's ``json=`` sends.
         """
-        if self.cookies or self.params or url.is_relative_url:
+        if _JSON is None or self.cookies or self.params or url.is_relative_url:
             return self.build_request(method, url, json=json_body, headers=headers, timeout=timeout)
         merged = self._merged_headers(headers)
         if merged.content_length:  # a client-wide Content-Length: httpx's to honour
@@ -205,8 +206,33 @@ class _Merged:
 _BUILT_HEADERS_MAX = 64
 
 
-# The bytes httpx's json= sends (its encoder's options), from one encoder reused.
-_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+# The bytes httpx's json= sends, from one encoder reused. Its options are httpx's
+# own and changed between releases (0.28: compact, UTF-8, no NaN; 0.27: json.dumps'
+# defaults), so the one giving the installed httpx's bytes is taken; with neither,
+# httpx builds every JSON request itself.
+_JSON_ENCODERS = (
+    json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False),
+    json.JSONEncoder(),
+)
+_JSON_PROBE = {"a": [1, 2.5, None, True, {"b": "c"}], "\u00e9": "\u00fc\U0001f600"}
+
+
+def encoder_like_httpx() -> json.JSONEncoder | None:
+    """The encoder of :data:`_JSON_ENCODERS` that sends what httpx's ``json=`` sends."""
+    sent = httpx.Request("POST", "http://probe.invalid/", json=_JSON_PROBE).content
+    try:
+        httpx.Request("POST", "http://probe.invalid/", json=float("nan"))
+    except ValueError:
+        nan_allowed = False
+    else:
+        nan_allowed = True
+    for encoder in _JSON_ENCODERS:
+        if encoder.allow_nan == nan_allowed and encoder.encode(_JSON_PROBE).encode() == sent:
+            return encoder
+    return None
+
+
+_JSON = encoder_like_httpx()
 
 
 class _CookiesWhenSet(httpx.Cookies):
