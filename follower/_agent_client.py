@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ._transport import AgentTransport
 
 # The private methods of httpx.AsyncClient the shorter send calls, with the parameters
-# it calls them with (so in httpx 0.27 and 0.28).
+# it calls them with (so in httpx 0.28; 0.27 has no _set_timeout, and sends by httpx's).
 _PRIVATE_METHODS = {
     "_set_timeout": ("self", "request"),
     "_send_single_request": ("self", "request"),
@@ -46,6 +46,7 @@ def _private_methods_fit() -> bool:
     return inspect.iscoroutinefunction(httpx.AsyncClient._send_single_request)
 
 
+# Not attrs: an httpx.AsyncClient, made by httpx's own __init__.
 @final
 class AgentClient(httpx.AsyncClient):
     """An httpx client on an :class:`AgentTransport`: each exchange is bounded as a whole.
