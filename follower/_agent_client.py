@@ -31,8 +31,9 @@ _PRIVATE_METHODS = {
     "_build_redirect_request": ("self", "request", "response"),
 }
 # ... and the private attributes of a client it reads or replaces: its state (an
-# enum with OPENED) and its cookies (an httpx.Cookies).
-PRIVATE_MEMBERS = (*_PRIVATE_METHODS, "_state", "_cookies")
+# enum with OPENED), its auth and event hooks (read as such: the public properties
+# would cost the send three calls), and its cookies (an httpx.Cookies).
+PRIVATE_MEMBERS = (*_PRIVATE_METHODS, "_state", "_auth", "_event_hooks", "_cookies")
 
 
 def _private_methods_fit() -> bool:
@@ -66,10 +67,16 @@ class AgentClient(httpx.AsyncClient):
     def __init__(self, transport: AgentTransport, **kwargs: Any) -> None:
         super().__init__(transport=transport, **kwargs)
         state = getattr(self, "_state", None)
+        hooks = getattr(self, "_event_hooks", None)
         # Decided once: the fence costs the send one attribute read.
         self._short_send = (
-            isinstance(state, enum.Enum) and hasattr(type(state), "OPENED")
-        ) and _private_methods_fit()
+            isinstance(state, enum.Enum)
+            and hasattr(type(state), "OPENED")
+            and hasattr(self, "_auth")
+            and isinstance(hooks, dict)
+            and {"request", "response"} <= hooks.keys()
+            and _private_methods_fit()
+        )
         # httpx extracts cookies from every response through http.cookiejar, about
         # a tenth of a small read; agents rarely set any, so skip it when none is set.
         cookies = getattr(self, "_cookies", None)
@@ -149,14 +156,14 @@ class AgentClient(httpx.AsyncClient):
         if (
             not self._short_send
             or auth is not httpx.USE_CLIENT_DEFAULT
-            or self.auth is not None
+            or self._auth is not None
             or (
                 self.follow_redirects
                 if follow_redirects is httpx.USE_CLIENT_DEFAULT
                 else follow_redirects
             )
-            or self.event_hooks["request"]
-            or self.event_hooks["response"]
+            or self._event_hooks["request"]
+            or self._event_hooks["response"]
             or self.is_closed
             or request.url.userinfo  # httpx turns it into basic auth
         ):
