@@ -1,7 +1,8 @@
 """The HTTP clients followers share, on the library's transport, with one SSL context.
 
 A follower leases a client for as long as it runs; nothing here reads or writes
-a request (that is :mod:`follower._exchange`, over :mod:`follower._transport`).
+a request (that is :mod:`follower._exchange`, over :mod:`follower._agent_client`
+and :mod:`follower._transport`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import anyio.to_thread
 import attrs
 import httpx
 
+from ._agent_client import AgentClient
 from ._redact import hiding, secrets_of
-from ._transport import AgentClient, AgentTransport
+from ._transport import AgentTransport
 
 if TYPE_CHECKING:
     import ssl

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
+import attrs
 import httpx
 
+from ._agent_client import AgentClient
 from ._discovery import printable
 from ._errors import (
     AgentRefusedError,
@@ -32,6 +34,7 @@ from ._errors import (
     TaskNotFoundError,
     add_context,
 )
+from ._http_body import BODY_EXTENSION, ResponseBody
 from ._options import (
     DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_PAGE_BYTES,
@@ -39,7 +42,6 @@ from ._options import (
     RequestHeaders,
 )
 from ._redact import quoted
-from ._transport import BODY_EXTENSION, AgentClient, ResponseBody
 from ._wire import LARGE_PAGE_BYTES, Page
 
 if TYPE_CHECKING:
@@ -320,6 +322,7 @@ def _bounded_by_traces(request: httpx.Request, timeout_seconds: float) -> anyio.
     return deadline
 
 
+@attrs.define(eq=False)
 class _BodyStream(httpx.AsyncByteStream):
     """A request body that is an iterator, not an async generator.
 
@@ -328,16 +331,17 @@ class _BodyStream(httpx.AsyncByteStream):
     as a ResourceWarning on every failed read.
     """
 
-    def __init__(self, body: bytes) -> None:
-        self._body = body
+    _body: bytes
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return _Once(self._body)
 
 
+@attrs.define(eq=False)
 class _Once:
-    def __init__(self, chunk: bytes) -> None:
-        self._chunk: bytes | None = chunk
+    """One chunk, then the end."""
+
+    _chunk: bytes | None
 
     def __aiter__(self) -> _Once:
         return self

@@ -40,6 +40,7 @@ from follower import (
     TaskNotFoundError,
     TrajectoryState,
 )
+from follower._agent_client import AgentClient
 from follower._clients import (
     FOLLOWERS_PER_PROXIED_CLIENT,
     ClientPool,
@@ -49,7 +50,6 @@ from follower._clients import (
 )
 from follower._errors import PoolBusyError
 from follower._exchange import read_page
-from follower._transport import AgentClient
 from follower._wire import Page
 
 from .support.agents import ENDPOINT, ScriptedAgent

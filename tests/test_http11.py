@@ -1,4 +1,4 @@
-"""The library's HTTP/1.1 codec (``follower._http11``): each rule, and h11 as the oracle.
+"""The library's HTTP/1.1 codec (``follower._http11_*``): each rule, and h11 as the oracle.
 
 Unit tests state each rule of the module's docstring: what is framed, what is
 refused, when a connection may carry another exchange. The differential tests
@@ -27,18 +27,15 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from follower._http11 import (
+from follower._http11_head import MAX_HEAD_BYTES, MAX_HEADERS
+from follower._http11_request import MAX_KNOWN_HEADS, KnownHeads, RequestWriter
+from follower._http11_response import (
     END,
     MAX_CHUNK_LINE_BYTES,
     MAX_CHUNKS_A_CALL,
-    MAX_HEAD_BYTES,
-    MAX_HEADERS,
     MAX_INTERIM_RESPONSES,
-    MAX_KNOWN_HEADS,
     NEED_DATA,
     PAUSE,
-    KnownHeads,
-    RequestWriter,
     ResponseParser,
 )
 

@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from follower import FollowerError, MemoryStore, following_live_trajectory
 from follower._clients import client_pool
 from follower._exchange import read_page
-from follower._http11 import ResponseParser
+from follower._http11_response import ResponseParser
 from follower._wire import Page
 from tests.support.http_requests import read_request
 from tests.support.hypothesis_profiles import property_settings

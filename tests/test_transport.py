@@ -28,9 +28,11 @@ import pytest
 import trustme
 
 from follower import AgentUnavailableError, MalformedPageReason
+from follower._agent_client import AgentClient
 from follower._clients import ClientPool, _shared_ssl_context
 from follower._exchange import read_page
-from follower._transport import WIRE_ALLOWANCE_BYTES, AgentClient, AgentTransport
+from follower._http_body import WIRE_ALLOWANCE_BYTES
+from follower._transport import AgentTransport
 
 from .support.http_requests import read_request
 from .support.malformed import raises_malformed
