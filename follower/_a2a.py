@@ -108,7 +108,7 @@ def _checked_headers(headers: Mapping[str, str] | None) -> RequestHeaders:
 
 @final
 @attrs.define(eq=False, repr=False)  # no repr: its URL and headers may hold credentials
-class A2AAgent:
+class A2AAgent(metaclass=NoPublicConstructor):
     """An A2A agent reached over JSON-RPC; use :func:`connect_agent` to make one."""
 
     url: str
@@ -283,7 +283,7 @@ async def connect_agent(
         card_url, card = await fetch_agent_card(
             leased, url, timeout_seconds=timeout_seconds, headers=checked
         )
-        yield A2AAgent(
+        yield A2AAgent._create(
             _rpc_url(card, card_url, url),
             card,
             leased,

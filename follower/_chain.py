@@ -7,7 +7,7 @@ Sync values with no I/O. The step's ledger (``_ledger.StepLedger``) keeps one
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, final
 
 import attrs
 
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ._statistics import LiveTurnStatistics
 
 
+@final
 @attrs.frozen
 class TurnProgress:
     """Where one turn of a step stands now: its task, and how many of its events are stored."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, final
 
 import anyio
 import anyio.lowlevel
@@ -72,6 +72,7 @@ logger = logging.getLogger("follower.follow")
 Sink = Callable[["TrajectoryBatch"], Awaitable[None]]
 
 
+@final
 @attrs.frozen
 class FollowOutcome:
     """What one follower did: where it got to, and whether it read every event.

@@ -118,7 +118,7 @@ class FakeAgent:
     @asynccontextmanager
     async def agent(self, timeout_seconds: float = 10.0) -> AsyncIterator[A2AAgent]:
         async with self.client() as client:
-            yield A2AAgent(FAKE, {}, client, timeout_seconds=timeout_seconds)
+            yield A2AAgent._create(FAKE, {}, client, timeout_seconds=timeout_seconds)
 
 
 # --- finding the card -----------------------------------------------------------------------

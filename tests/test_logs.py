@@ -265,7 +265,7 @@ async def test_a_failing_tasks_get_is_one_warning_and_one_summary(
 
     with anyio.fail_after(10_000):
         async with Reads(rpc).client() as client:
-            agent = A2AAgent("http://agent.test/a2a", {}, client)
+            agent = A2AAgent._create("http://agent.test/a2a", {}, client)
             task = await agent.wait_for_task("t1", deadline_seconds=5000)
     assert task.state == "completed"
     warnings = logged(logging.WARNING)
@@ -371,7 +371,7 @@ async def test_a_flapping_tasks_get_logs_one_run(
 
     with anyio.fail_after(10**7):
         async with Reads(rpc).client() as client:
-            agent = A2AAgent("http://agent.test/a2a", {}, client)
+            agent = A2AAgent._create("http://agent.test/a2a", {}, client)
             task = await agent.wait_for_task("t1", deadline_seconds=10**6)
     assert task.state == "completed"
     messages = [r.getMessage() for r in logged(logging.INFO)]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, final
 
 import anyio
 import attrs
@@ -66,6 +66,7 @@ CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
 RPC_PATH = "/"
 
 
+@final
 @attrs.frozen
 class AgentStatistics:
     """What the agent has seen so far."""
@@ -82,6 +83,7 @@ class AgentStatistics:
     """Tasks canceled by ``tasks/cancel``."""
 
 
+@final
 @attrs.frozen
 class AgentRequest:
     """One request as the agent saw it: when it arrived, where to, and its answer."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import final
 
 import attrs
 
@@ -62,6 +63,7 @@ def _optional_positive_float(
         raise ValueError(f"{attribute.name} must be a positive number of seconds, not {v!r}")
 
 
+@final
 @attrs.frozen
 class Fault:
     """One fault of the agent: a kind and the parameters that kind takes.

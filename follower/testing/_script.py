@@ -9,7 +9,7 @@ what a read returns depends only on when it is made.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, final
 
 import attrs
 
@@ -21,6 +21,7 @@ OUTCOMES = ("completed", "failed", "canceled", "rejected")
 _EPSILON_SECONDS = 1e-9
 
 
+@final
 @attrs.frozen(kw_only=True)
 class TaskScript:
     """How a task runs: its events, their pace and size, and how it ends.
