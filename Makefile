@@ -8,7 +8,7 @@ demo:  ## the main job: a 3-turn step against the reference agent, stored under 
 	@py=$$(tools/venv $${DEMO_PYTHON:-3.11} testing,trio) && $$py -m follower demo
 
 stress:  ## the property and fuzz tests with ten times more examples, new ones each run
-	@HYPOTHESIS_PROFILE=stress tools/test tests/properties tests/test_card_fuzz.py tests/test_stored_garbage.py tests/test_http_fuzz.py
+	@HYPOTHESIS_PROFILE=stress tools/test tests/properties tests/hostile/test_card_fuzz.py tests/hostile/test_stored_garbage.py tests/hostile/test_http_fuzz.py
 
 bench:  ## every benchmark against the old follower, JSON into benchmarks/results/, a summary of the targets (BENCH_QUICK=1: a smoke run)
 	@py=$$(tools/venv 3.11 testing,trio) && old=$$(tools/old-follower-venv) && \

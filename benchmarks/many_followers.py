@@ -53,10 +53,10 @@ from _measure import (
 )
 
 from follower import PoolBusyError, following_live_trajectory
-from follower.lowlevel import live_trajectory_endpoint
 
 # Private, for a benchmark only: the pool's size is what is being measured.
-from follower._clients import ClientPool, client_pool
+from follower._http._clients import ClientPool, client_pool
+from follower.lowlevel import live_trajectory_endpoint
 from follower.testing import ReferenceAgent, TaskScript, serve_agent
 
 SHAPES = ("pool", "per-follower", "shared")

@@ -24,10 +24,10 @@ from typing import Any
 import anyio
 import httpx
 
-from follower._exchange import read_page
-from follower._layout import encode_events
+from follower._format._layout import encode_events
+from follower._format._wire import Page
+from follower._http._exchange import read_page
 from follower._options import DEFAULT_MAX_PAGE_BYTES
-from follower._wire import Page
 
 _PER_EVENT_ENCODER = json.JSONEncoder(separators=(",", ":"))
 

@@ -9,8 +9,8 @@ way of reading runs on asyncio and on trio:
 - ``raw + deadline``: the same, each read under a cancel scope with a deadline
   (what bounding a whole exchange costs, as every transport must);
 - ``h11``: h11 over the same anyio streams;
-- ``lean codec``: the library's own HTTP/1.1 codec (``follower._http11_request``,
-  ``follower._http11_response``) over them;
+- ``lean codec``: the library's own HTTP/1.1 codec (``follower._http._request``,
+  ``follower._http._response``) over them;
 - ``httpx default``: ``httpx.AsyncClient().post`` on httpx's default transport (httpcore);
 - ``httpx + ours``: ``httpx.AsyncClient(transport=AgentTransport(...)).post``;
 - ``read_page default``: the library's ``read_page`` on httpx's default transport;
@@ -44,11 +44,11 @@ import anyio.abc
 import h11
 import httpx
 
-from follower._clients import ClientPool, _shared_ssl_context
-from follower._exchange import read_page
-from follower._http11_request import KnownHeads, RequestWriter
-from follower._http11_response import END, NEED_DATA, ResponseParser
-from follower._transport import AgentTransport
+from follower._http._clients import ClientPool, _shared_ssl_context
+from follower._http._exchange import read_page
+from follower._http._request import KnownHeads, RequestWriter
+from follower._http._response import END, NEED_DATA, ResponseParser
+from follower._http._transport import AgentTransport
 
 TASK_ID = "t1"
 PAGE = json.dumps(

@@ -4,7 +4,7 @@ Each turn follows a task of one event from a canned agent (``httpx.MockTransport
 into a store that keeps nothing, so what is left is the step's own record of its
 turns. tracemalloc counts what is still allocated after the turns, per turn, by
 all code and by the library's own lines. Nothing is asserted
-(tests/test_step_memory.py bounds it).
+(tests/turns/test_step_memory.py bounds it).
 
     python benchmarks/step_memory.py                 # 1,000 and 10,000 turns
     python benchmarks/step_memory.py --turns 500 --backend trio
@@ -64,24 +64,23 @@ def held(snapshot: tracemalloc.Snapshot, base: tracemalloc.Snapshot) -> tuple[in
 
 
 async def measure(turns: int) -> tuple[float, float]:
-    async with httpx.AsyncClient(transport=httpx.MockTransport(agent)) as client:
-        async with LiveTurns(
-            "http://agent.test/ext/trajectory",
-            NullStore(),
-            "p/",
-            poll_interval_seconds=0.01,
-            client=client,
-        ) as step:
-            tracemalloc.start(1)
-            gc.collect()
-            base = tracemalloc.take_snapshot()
-            for n in range(turns):
-                async with step.following(f"turn-{n}") as turn:
-                    turn.follow(f"task-{n}")
-                    turn.ended("completed")
-            gc.collect()
-            total, library = held(tracemalloc.take_snapshot(), base)
-            tracemalloc.stop()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(agent)) as client, LiveTurns(
+        "http://agent.test/ext/trajectory",
+        NullStore(),
+        "p/",
+        poll_interval_seconds=0.01,
+        client=client,
+    ) as step:
+        tracemalloc.start(1)
+        gc.collect()
+        base = tracemalloc.take_snapshot()
+        for n in range(turns):
+            async with step.following(f"turn-{n}") as turn:
+                turn.follow(f"task-{n}")
+                turn.ended("completed")
+        gc.collect()
+        total, library = held(tracemalloc.take_snapshot(), base)
+        tracemalloc.stop()
     return total / turns, library / turns
 
 

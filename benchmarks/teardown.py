@@ -1,7 +1,7 @@
 """Teardown: from a step's body ending to its block's exit, per outcome and agent, over many runs.
 
 The cells of ``follower validate``, each run ``--repeats`` times (default 100)
-per backend, measured by the same code (``follower/_validate.py``): a step
+per backend, measured by the same code (``follower/_cli/_fault_drill.py``): a step
 follows a task of the reference agent on loopback; the agent answers two reads,
 then closes every connection (close), never answers (silent), answers 503
 (5xx), or stays healthy; the body is cancelled, raises or returns once the
@@ -52,15 +52,15 @@ import anyio
 import attrs
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from follower._a2a import connect_agent
-from follower._clients import leased_client
-from follower._validate import AGENTS, OUTCOMES, QUICK, _failed, _fault
-from follower._validate_table import (
+from follower._a2a._client import connect_agent
+from follower._cli._fault_drill import AGENTS, OUTCOMES, QUICK, _failed, _fault
+from follower._cli._fault_table import (
     CellSummary,
     backends_to_run,
     run_cells,
     table_json,
 )
+from follower._http._clients import leased_client
 from follower.testing import ReferenceAgent, TaskScript, serve_agent
 
 HERE = Path(__file__).resolve().parent

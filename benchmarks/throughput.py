@@ -81,7 +81,7 @@ def reference_agent(events: int) -> Iterator[str]:
 
 
 async def start_reference_task(url: str) -> tuple[str, str]:
-    from follower._a2a import connect_agent
+    from follower._a2a._client import connect_agent
 
     async with connect_agent(url) as agent:
         if agent.trajectory_endpoint is None:

@@ -4,12 +4,11 @@ and never outlive the step that started it."""
 from importlib import metadata as _metadata
 
 from . import lowlevel as lowlevel
-from ._a2a import A2AAgent as A2AAgent
-from ._a2a import A2ATask as A2ATask
-from ._a2a import connect_agent as connect_agent
-from ._a2a_turn import follow_a2a_task as follow_a2a_task
-from ._a2a_turn import run_a2a_turn as run_a2a_turn
-from ._chain import TurnProgress as TurnProgress
+from ._a2a._client import A2AAgent as A2AAgent
+from ._a2a._client import A2ATask as A2ATask
+from ._a2a._client import connect_agent as connect_agent
+from ._a2a._turn import follow_a2a_task as follow_a2a_task
+from ._a2a._turn import run_a2a_turn as run_a2a_turn
 from ._errors import A2AProtocolError as A2AProtocolError
 from ._errors import AgentCardError as AgentCardError
 from ._errors import AgentError as AgentError
@@ -38,19 +37,20 @@ from ._errors import TurnConflictError as TurnConflictError
 from ._errors import TurnExistsError as TurnExistsError
 from ._errors import TurnStateError as TurnStateError
 from ._errors import UsageError as UsageError
+from ._format._wire import TrajectoryState as TrajectoryState
 from ._public import name_as_public as _name_as_public
-from ._reader import StoredEvent as StoredEvent
-from ._reader import TurnEnd as TurnEnd
-from ._reader import read_live_trajectory as read_live_trajectory
 from ._statistics import LiveTurnsStatistics as LiveTurnsStatistics
 from ._statistics import LiveTurnStatistics as LiveTurnStatistics
-from ._step import LiveTurns as LiveTurns
-from ._step import following_live_trajectory as following_live_trajectory
 from ._stores import FilesystemStore as FilesystemStore
 from ._stores import MemoryStore as MemoryStore
 from ._stores import ObjectStore as ObjectStore
-from ._turns import LiveTurn as LiveTurn
-from ._wire import TrajectoryState as TrajectoryState
+from ._storing._reader import StoredEvent as StoredEvent
+from ._storing._reader import TurnEnd as TurnEnd
+from ._storing._reader import read_live_trajectory as read_live_trajectory
+from ._turns._block import LiveTurn as LiveTurn
+from ._turns._chain import TurnProgress as TurnProgress
+from ._turns._step import LiveTurns as LiveTurns
+from ._turns._step import following_live_trajectory as following_live_trajectory
 
 # One source: the installed package's metadata, which pyproject.toml's version gives.
 __version__ = _metadata.version("follower")

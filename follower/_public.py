@@ -12,9 +12,9 @@ def name_as_public(module: str, namespace: dict[str, Any], names: Iterable[str])
     """Give each of ``names`` defined in a private module of the library ``module``'s path.
 
     Reprs, tracebacks, pickles and docs then say ``follower.LiveTurns``, not
-    ``follower._step.LiveTurns`` (trio does the same for its own names). A
+    ``follower._turns._step.LiveTurns`` (trio does the same for its own names). A
     private module is one with a segment that starts with ``_``
-    (``follower._follow``, ``follower.testing._agent``), so a public module
+    (``follower._reading._follow``, ``follower.testing._agent``), so a public module
     (``follower.lowlevel``) may re-export names from any private one.
     """
     root = module.partition(".")[0]

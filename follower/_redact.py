@@ -220,7 +220,7 @@ class _ScrubbedRecords(logging.Filter):
 
 SCRUBBED_RECORDS = _ScrubbedRecords()
 # Every logger of the library, and httpx's, whose request lines print a URL's password.
-# (tests/test_redact.py checks that no logger named follower* is missing.)
+# (tests/format/test_redact.py checks that no logger named follower* is missing.)
 SCRUBBED_LOGGERS = (
     "follower",
     "follower.a2a",

@@ -12,12 +12,12 @@ rest of the public API; they just ask more of their caller (a task group, a
 ``stop`` event, the stored layout's rules). Errors stay in :mod:`follower`.
 """
 
-from ._chunks import LiveTrajectoryChunks as LiveTrajectoryChunks
-from ._discovery import live_trajectory_endpoint as live_trajectory_endpoint
-from ._follow import FollowOutcome as FollowOutcome
-from ._follow import follow_trajectory as follow_trajectory
+from ._format._discovery import live_trajectory_endpoint as live_trajectory_endpoint
+from ._format._wire import TrajectoryBatch as TrajectoryBatch
 from ._public import name_as_public as _name_as_public
-from ._wire import TrajectoryBatch as TrajectoryBatch
+from ._reading._follow import FollowOutcome as FollowOutcome
+from ._reading._follow import follow_trajectory as follow_trajectory
+from ._storing._chunks import LiveTrajectoryChunks as LiveTrajectoryChunks
 
 __all__ = (
     "FollowOutcome",

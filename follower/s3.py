@@ -3,7 +3,7 @@
 ``import follower`` never needs boto3; this module does.
 """
 
-from ._s3 import S3Store as S3Store
+from ._stores._s3 import S3Store as S3Store
 
 __all__ = ("S3Store",)
 

@@ -1,7 +1,7 @@
 """MkDocs hooks: pages made at build time from the code, so they cannot drift from it.
 
 - ``reference/cli.md``: the command line's reference, from the parser the command line
-  itself uses (``follower._cli_parser.build_parser``): every command's help as
+  itself uses (``follower._cli._parser.build_parser``): every command's help as
   ``follower COMMAND --help`` prints it, and the fault modes from ``follower.testing``.
 - the error tree on the Errors page, from ``follower/_errors.py``'s docstring.
 - ``code/<path>.md``: the source of each module of ``follower/`` and each example, so
@@ -187,7 +187,7 @@ def error_tree() -> str:
 
 def cli_reference() -> str:
     """The command line's reference page, in Markdown."""
-    from follower._cli_parser import build_parser
+    from follower._cli._parser import build_parser
     from follower.testing import FAULT_NAMES
 
     parser = build_parser()
@@ -195,7 +195,7 @@ def cli_reference() -> str:
         "# Command line reference",
         "",
         "Generated when the site is built, from the parser `follower` itself runs",
-        "([`follower/_cli_parser.py`](../code/follower/_cli_parser.py.md)): what you read",
+        "([`follower/_cli/_parser.py`](../code/follower/_cli_parser.py.md)): what you read",
         "here is what `--help` prints. What each command is for, with examples, is in",
         "[Reading a step back](../reading.md) (`tail`), the [tutorials](../tutorials/trio.md)",
         "and the README; exit codes are listed in [Errors](../errors.md#command-line-exit-codes).",

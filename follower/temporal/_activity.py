@@ -1,6 +1,6 @@
 """The ready-to-use activity: connect to an agent, run the step's turns, store their trajectories.
 
-Each turn is the library's one A2A turn (``follower._a2a_turn``, as
+Each turn is the library's one A2A turn (``follower._a2a._turn``, as
 :func:`~follower.run_a2a_turn` runs it), in the block of
 :meth:`StepAttempt.following`, with one difference the retries need: the
 agent's task is cancelled only when the turn ends for good. A handed-off turn's
@@ -18,13 +18,13 @@ import anyio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from .._a2a import connect_agent
-from .._a2a_turn import Message, TaskWait, a2a_turn
+from .._a2a._client import connect_agent
+from .._a2a._turn import Message, TaskWait, a2a_turn
 from .._errors import FollowerError, InvalidArgumentError, InvalidKeyError
-from .._layout import TurnKeys
-from .._stored_turn import read_stored_turn
+from .._format._layout import TurnKeys
 from .._stores import FilesystemStore, ObjectStore
-from .._turns import STORED_TURN_READ_SECONDS
+from .._storing._stored_turn import read_stored_turn
+from .._turns._block import STORED_TURN_READ_SECONDS
 from ._attempt import StepAttempt, run_activity_step
 from .workflow_types import (
     RUN_A2A_STEP,
@@ -36,8 +36,8 @@ from .workflow_types import (
 )
 
 if TYPE_CHECKING:
-    from .._a2a import A2AAgent, A2ATask
-    from .._step import LiveTurns
+    from .._a2a._client import A2AAgent, A2ATask
+    from .._turns._step import LiveTurns
 
 
 S3_OPTIONS = frozenset({"endpoint_url", "region_name"})

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, final
 import attrs
 from temporalio import activity
 
-from .._endings import is_cancellation
 from .._errors import TurnStateError
-from .._layout import TurnKeys
+from .._format._layout import TurnKeys
 from .._public import NoPublicConstructor
-from .._step import LiveTurns
+from .._turns._endings import is_cancellation
+from .._turns._step import LiveTurns
 from ._bridge import STEP_CLEANUP_SECONDS, run_cancel_safe
 from ._rule import cancel_ends_for_good, failure_ends_for_good
 from ._run import StepRun, claim_turn
@@ -29,9 +29,9 @@ from ._run import StepRun, claim_turn
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
-    from .._chain import TurnProgress
     from .._stores import ObjectStore
-    from .._turns import LiveTurn
+    from .._turns._block import LiveTurn
+    from .._turns._chain import TurnProgress
 
 logger = logging.getLogger("follower.temporal")
 

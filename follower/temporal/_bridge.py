@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
-from .._a2a import CANCEL_TASK_SECONDS
-from .._endings import CLEANUP_SECONDS, CLEANUP_WRITE_SECONDS
+from .._a2a._client import CANCEL_TASK_SECONDS
+from .._turns._endings import CLEANUP_SECONDS, CLEANUP_WRITE_SECONDS
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

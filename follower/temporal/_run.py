@@ -22,10 +22,10 @@ import anyio
 import attrs
 from temporalio.exceptions import ApplicationError
 
-from .._chunks import put_once
 from .._errors import ObjectConflictError, ObjectNotFoundError
-from .._layout import JSON, TurnKeys
-from .._turns import STORED_TURN_READ_SECONDS
+from .._format._layout import JSON, TurnKeys
+from .._storing._chunks import put_once
+from .._turns._block import STORED_TURN_READ_SECONDS
 from .workflow_types import TURN_OF_ANOTHER_RUN
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .._wire import TRAJECTORY_EXTENSION_URI
+from .._format._wire import TRAJECTORY_EXTENSION_URI
 from ._json import dumps, is_int
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from typing import Any, final
 
 import attrs
 
-from .._wire import TrajectoryState
+from .._format._wire import TrajectoryState
 
 # Task outcomes a script may end in: A2A's terminal task states.
 OUTCOMES = ("completed", "failed", "canceled", "rejected")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .._wire import TrajectoryState
+from .._format._wire import TrajectoryState
 
 if TYPE_CHECKING:
     from datetime import datetime

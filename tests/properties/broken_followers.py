@@ -15,16 +15,16 @@ from types import TracebackType
 import anyio
 import attrs
 
-import follower._follow
-import follower._ledger
-import follower._turns
-from follower._chunks import LiveTrajectoryChunks
-from follower._follow import AFTER_STOP_PAUSE_SECONDS, _Follower
-from follower._layout import JSON, EndMark
-from follower._ledger import EndMarkPlan, Outcome, TurnRecord
-from follower._stored_turn import StoredTurn
-from follower._turns import _TurnBlock
-from follower._wire import TrajectoryBatch, TrajectoryState
+import follower._reading._follow
+import follower._turns._block
+import follower._turns._ledger
+from follower._format._layout import JSON, EndMark
+from follower._format._wire import TrajectoryBatch, TrajectoryState
+from follower._reading._follow import AFTER_STOP_PAUSE_SECONDS, _Follower
+from follower._storing._chunks import LiveTrajectoryChunks
+from follower._storing._stored_turn import StoredTurn
+from follower._turns._block import _TurnBlock
+from follower._turns._ledger import EndMarkPlan, Outcome, TurnRecord
 
 from .run import Variant
 
@@ -87,8 +87,8 @@ class FreeTaskBlock(_TurnBlock):
 WAIT_FOR = Variant(
     "waits with asyncio.wait_for, in a free task",
     patches=(
-        (follower._follow, "_Follower", WaitForFollower),
-        (follower._turns, "_TurnBlock", FreeTaskBlock),
+        (follower._reading._follow, "_Follower", WaitForFollower),
+        (follower._turns._block, "_TurnBlock", FreeTaskBlock),
     ),
     # asyncio.wait_for and free asyncio tasks exist on asyncio only.
     backends=("asyncio",),
@@ -113,7 +113,7 @@ class RetryingFollower(_Follower):
 
 RETRIES_AFTER_STOP = Variant(
     "retries a failed read forever after stop",
-    patches=((follower._follow, "_Follower", RetryingFollower),),
+    patches=((follower._reading._follow, "_Follower", RetryingFollower),),
 )
 
 
@@ -131,7 +131,7 @@ class UnboundedDrainBlock(_TurnBlock):
 
 DRAINS_FOREVER = Variant(
     "drains without a deadline",
-    patches=((follower._turns, "_TurnBlock", UnboundedDrainBlock),),
+    patches=((follower._turns._block, "_TurnBlock", UnboundedDrainBlock),),
 )
 
 
@@ -150,7 +150,7 @@ class WrappingBlock(_TurnBlock):
 
 WRAPS_EXCEPTION = Variant(
     "wraps the step's exception",
-    patches=((follower._turns, "_TurnBlock", WrappingBlock),),
+    patches=((follower._turns._block, "_TurnBlock", WrappingBlock),),
 )
 
 
@@ -173,7 +173,7 @@ class EarlyEndBlock(_TurnBlock):
 
 END_BEFORE_LAST_CHUNK = Variant(
     "writes end.json before its last chunk",
-    patches=((follower._turns, "_TurnBlock", EarlyEndBlock),),
+    patches=((follower._turns._block, "_TurnBlock", EarlyEndBlock),),
 )
 
 
@@ -189,7 +189,7 @@ class RereadingBlock(_TurnBlock):
 
 REREADS_STORED_EVENTS = Variant(
     "resumes a turn from its first event again",
-    patches=((follower._turns, "_TurnBlock", RereadingBlock),),
+    patches=((follower._turns._block, "_TurnBlock", RereadingBlock),),
 )
 
 
@@ -212,7 +212,7 @@ class EndOnHandOffRecord(TurnRecord):
 
 ENDS_ON_HAND_OFF = Variant(
     "writes end.json though it was handed off",
-    patches=((follower._ledger, "TurnRecord", EndOnHandOffRecord),),
+    patches=((follower._turns._ledger, "TurnRecord", EndOnHandOffRecord),),
 )
 
 BROKEN = (

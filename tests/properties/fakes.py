@@ -23,7 +23,7 @@ import attrs
 import httpx
 
 from follower import MemoryStore, ObjectExistsError, StoreError, TrajectoryState
-from follower._layout import parse_chunk_name
+from follower._format._layout import parse_chunk_name
 
 from ..support.agents import cursor_page
 from .records import PutRecord, ReadRecord

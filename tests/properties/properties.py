@@ -41,8 +41,8 @@ from datetime import datetime
 from typing import Any
 
 from follower import FollowerError, TrajectoryState
-from follower._endings import CLEANUP_SECONDS, CLEANUP_WRITE_SECONDS
-from follower._layout import parse_chunk_name
+from follower._format._layout import parse_chunk_name
+from follower._turns._endings import CLEANUP_SECONDS, CLEANUP_WRITE_SECONDS
 from follower.lowlevel import TrajectoryBatch
 
 from .records import NOT_RUN, PutRecord, Stamp, TurnRecord

@@ -18,8 +18,8 @@ import anyio
 import attrs
 import pytest
 
-import follower._follow
-import follower._turns
+import follower._reading._follow
+import follower._turns._block
 from follower.lowlevel import TrajectoryBatch
 
 from ..support.virtual_time import virtual_clock
@@ -85,13 +85,13 @@ def run_step(script: StepScript, backend: str, variant: Variant = LIBRARY) -> Wo
     world = World(script, backend)
     with pytest.MonkeyPatch.context() as patch, _quiet_library():
         patch.setattr(
-            follower._turns,
+            follower._turns._block,
             "follow_task",
-            _tracked_follow(world, follower._follow.follow_task),
+            _tracked_follow(world, follower._reading._follow.follow_task),
         )
         # The world places "retry" anchors where the backoff ends (retry_delay at
         # its ceiling): the jitter is pinned there. It is tested in test_retries.py.
-        patch.setattr(follower._follow, "backoff_fraction", lambda: 1.0)
+        patch.setattr(follower._reading._follow, "backoff_fraction", lambda: 1.0)
         for target, name, value in variant.patches:
             patch.setattr(target, name, value)
         try:

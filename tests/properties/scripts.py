@@ -19,8 +19,8 @@ import functools
 import attrs
 
 from follower import TrajectoryState
-from follower._endings import CLEANUP_WRITE_SECONDS
-from follower._layout import TurnKeys
+from follower._format._layout import TurnKeys
+from follower._turns._endings import CLEANUP_WRITE_SECONDS
 
 ENDPOINT = "http://agent.test/ext/trajectory"
 PREFIX = "steps/s1/"

@@ -14,7 +14,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from follower._follow import AFTER_STOP_PAUSE_SECONDS
+from follower._reading._follow import AFTER_STOP_PAUSE_SECONDS
 from follower._retries import BACKOFF_STEP_SECONDS
 
 from ..support import hypothesis_profiles as hypothesis_profiles  # registers the profiles

@@ -22,10 +22,10 @@ from follower import (
     following_live_trajectory,
     run_a2a_turn,
 )
-from follower._a2a import CANCEL_TASK_SECONDS
-from follower._endings import CLEANUP_SECONDS
-from follower._exchange import POOL_WAIT_SECONDS
-from follower._step import LiveTurns
+from follower._a2a._client import CANCEL_TASK_SECONDS
+from follower._http._exchange import POOL_WAIT_SECONDS
+from follower._turns._endings import CLEANUP_SECONDS
+from follower._turns._step import LiveTurns
 from follower.testing import Fault, ReferenceAgent, TaskScript
 
 from ..support.stored import stored_turn

@@ -1,7 +1,7 @@
 """moto's S3 server on a loopback port, for tests that store in S3 through another process.
 
 Plain moto: enough for the command line's runs, which never race their own puts
-(tests/test_s3_store.py serves a stricter one, with S3's atomic conditional puts).
+(tests/stores/test_s3_store.py serves a stricter one, with S3's atomic conditional puts).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """A stored turn read back and checked: the one oracle of the stored layout the tests share.
 
-Keys, names and decoders come from the layout's owner, ``follower._layout``
+Keys, names and decoders come from the layout's owner, ``follower._format._layout``
 (the contract readers rely on, docs/protocol.md). The checks are this module's
-own, not the library's reader's (``follower._reader``), so a test of what was
+own, not the library's reader's (``follower._storing._reader``), so a test of what was
 stored does not grade the library with its own answers:
 
 - every object in the turn's folder is a chunk or one of the turn's marks
@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 
 from follower import ObjectStore
-from follower._layout import (
+from follower._format._layout import (
     EndMark,
     MetaMark,
     NextLink,

@@ -1,0 +1,409 @@
+"""Following one task's live trajectory: the read loop (docs/protocol.md, "Following one task").
+
+What to do after each read is the read policy's (``_read_policy``: sync, no
+I/O); this module reads, hands pages to the sink, waits, and ends as it is told.
+Before ``stop`` an agent that fails to answer may be busy, so a failed read is
+retried with jittered backoff. After ``stop`` the turn has ended, so an agent
+that fails to answer is gone: the loop raises :class:`FollowingEnded`, and this
+module, its only owner, returns.
+
+Logs never grow with the reads: an agent that starts failing is one warning, its
+recovery (or the end of following) one summary; each failed read in between is
+a debug line, and an agent that flaps is one run (``_retries.FailureStreak``).
+Records carry ``task_id`` and ``turn_id`` as ``extra`` fields, and no line holds
+a header or a body (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, final
+
+import anyio
+import anyio.lowlevel
+import attrs
+
+from .._errors import (
+    ClientClosedError,
+    FollowerError,
+    FollowingEnded,
+    InvalidArgumentError,
+    PoolBusyError,
+    TaskNotFoundError,
+    add_context,
+)
+from .._http._clients import leased_client
+from .._http._exchange import checked_endpoint, read_page
+from .._options import (
+    DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_PAGE_BYTES,
+    DEFAULT_READ_TIMEOUT_SECONDS,
+    FollowOptions,
+    count,
+)
+from .._retries import FailureStreak, backoff_fraction, failure_reason
+
+# Re-exported: tests pace their agents by it.
+from ._policy import AFTER_STOP_PAUSE_SECONDS as AFTER_STOP_PAUSE_SECONDS
+from ._policy import (
+    Action,
+    End,
+    Ending,
+    Failure,
+    HandOver,
+    Outcome,
+    PageRead,
+    ReadNow,
+    ReadPolicy,
+    Wait,
+    read_failed,
+    tally,
+)
+
+if TYPE_CHECKING:
+    import httpx
+
+    from .._format._wire import Page, TrajectoryBatch, TrajectoryState
+
+logger = logging.getLogger("follower.follow")
+
+Sink = Callable[["TrajectoryBatch"], Awaitable[None]]
+
+
+@final
+@attrs.frozen
+class FollowOutcome:
+    """What one follower did: where it got to, and whether it read every event.
+
+    ``complete`` is true when the last page (terminal state, nothing more) was
+    handed to the sink; ``state`` is the state of the last page read. ``reads``
+    counts every read sent to the agent, answered or not; ``failed_reads`` those
+    that brought no valid page.
+    """
+
+    state: TrajectoryState | None
+    cursor: int
+    complete: bool
+    reads: int
+    failed_reads: int
+    events: int
+
+
+@attrs.define
+class FollowProgress:
+    """A follower's running record, kept up to date as it reads; its owner may look at any time.
+
+    Only plain fields, set by the follower's own task between checkpoints, so a
+    look at it (``statistics()``) is cheap and sees one consistent moment.
+    """
+
+    cursor: int = 0
+    state: TrajectoryState | None = None
+    complete: bool = False
+    reads: int = 0
+    failed_reads: int = 0
+    events: int = 0
+    pool_waits: int = 0
+    """Reads that found our own pool full (``PoolBusyError``); never sent, never failed."""
+    running: bool = False
+    """From the follower's start (its lane's lease included) until it returns or is cancelled."""
+    caught_up_at: float | None = None
+    """``anyio.current_time()`` of the last page that was not ``has_more``."""
+    stopped_at: float | None = None
+    """``anyio.current_time()`` when the follower stopped running."""
+
+    def lag_seconds(self, now: float | None = None) -> float | None:
+        """Seconds since the follower was last caught up, up to now or to when it stopped.
+
+        ``now`` is only read while the follower runs (``anyio.current_time()``
+        if not given), so a stopped follower's lag is known outside the loop too.
+        """
+        if self.caught_up_at is None:
+            return None
+        if self.stopped_at is not None and not self.running:
+            until = self.stopped_at
+        else:
+            until = anyio.current_time() if now is None else now
+        return max(0.0, until - self.caught_up_at)
+
+    def outcome(self) -> FollowOutcome:
+        return FollowOutcome(
+            state=self.state,
+            cursor=self.cursor,
+            complete=self.complete,
+            reads=self.reads,
+            failed_reads=self.failed_reads,
+            events=self.events,
+        )
+
+
+async def follow_trajectory(
+    endpoint: str,
+    task_id: str,
+    sink: Sink,
+    *,
+    poll_interval_seconds: float,
+    stop: anyio.Event,
+    client: httpx.AsyncClient | None = None,
+    after: int = 0,
+    read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
+    max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    max_follow_seconds: float | None = None,
+) -> FollowOutcome:
+    """Read ``task_id``'s trajectory from cursor ``after`` and hand each page to ``sink``.
+
+    Returns after the last page, on a 404 (past the grace for a task registered
+    late), when a read fails after ``stop`` is set, or after ``max_follow_seconds``
+    (if given), saying how far it got. Raises :class:`~follower.AgentRefusedError`
+    (other 4xx), :class:`~follower.MalformedPageError`,
+    :class:`~follower.ClientClosedError`, or whatever ``sink`` raises. Without
+    ``max_follow_seconds`` it never ends by itself while the task runs and the
+    agent answers: bound it with a cancel scope, or use
+    :func:`following_live_trajectory`, which does.
+    """
+    options = FollowOptions(
+        poll_interval_seconds=poll_interval_seconds,
+        read_timeout_seconds=read_timeout_seconds,
+        max_page_bytes=max_page_bytes,
+        max_event_bytes=max_event_bytes,
+        max_follow_seconds=max_follow_seconds,
+        client=client,
+    )
+    return await follow_task(endpoint, task_id, sink, stop=stop, options=options, after=after)
+
+
+async def follow_task(
+    endpoint: str,
+    task_id: str,
+    sink: Sink,
+    *,
+    stop: anyio.Event,
+    options: FollowOptions,
+    after: int = 0,
+    progress: FollowProgress | None = None,
+    turn_id: str | None = None,
+) -> FollowOutcome:
+    """:func:`follow_trajectory` with its options built; ``progress`` is kept up to date.
+
+    ``turn_id`` names the turn in the log records' ``extra`` fields.
+    """
+    if not isinstance(task_id, str) or not task_id:
+        raise InvalidArgumentError(f"task_id must be a non-empty string, not {task_id!r}")
+    endpoint = checked_endpoint(endpoint)
+    after = count("after", after)
+    if progress is None:
+        progress = FollowProgress()
+    progress.cursor = after
+    follower = _Follower(
+        endpoint=endpoint,
+        task_id=task_id,
+        sink=sink,
+        options=options,
+        stop=stop,
+        progress=progress,
+        turn_id=turn_id,
+    )
+    progress.running, progress.stopped_at = True, None
+    bound = options.max_follow_seconds
+    ending = "it ended"
+    try:
+        # The follower's own lane: with no client given, a slot of the loop's pool
+        # that no other follower reads through at the same time.
+        async with leased_client(options.client, headers=options.headers, url=endpoint) as leased:
+            with anyio.move_on_after(math.inf if bound is None else bound) as bounded:
+                try:
+                    await follower.run(leased, after)
+                except FollowingEnded as ended:
+                    ending = "a read failed after stop"
+                    logger.info(
+                        "stopped following task %s: the read after stop failed (%s)",
+                        task_id,
+                        failure_reason(ended.__cause__ or ended),
+                        extra=follower.extra,
+                    )
+            if bounded.cancelled_caught:
+                ending = f"it ran for max_follow_seconds={bound}"
+                logger.warning(
+                    "stopped following task %s: it ran for max_follow_seconds=%s",
+                    task_id,
+                    bound,
+                    extra=follower.extra,
+                )
+    except Exception as exc:
+        ending = "an error ended it"
+        # The sink's errors (a store's) know their key, not the task or the turn.
+        add_context(exc, task_id=task_id, turn_id=turn_id)
+        raise
+    except BaseException:
+        ending = "it was cancelled"
+        raise
+    finally:
+        progress.running = False
+        progress.stopped_at = anyio.current_time()
+        follower.failing.close(ending)
+    return progress.outcome()
+
+
+@attrs.define(eq=False, kw_only=True)
+class _Follower:
+    """The read loop's I/O: reads, tells the read policy what came back, does as it says."""
+
+    endpoint: str
+    task_id: str
+    sink: Sink
+    options: FollowOptions
+    stop: anyio.Event
+    progress: FollowProgress
+    turn_id: str | None = None
+    extra: dict[str, object] = attrs.field(init=False)
+    failing: FailureStreak = attrs.field(init=False)
+    policy: ReadPolicy = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.extra = {"task_id": self.task_id, "turn_id": self.turn_id}
+        what = f"reads of task {self.task_id} at {self.endpoint}"
+        self.failing = FailureStreak(logger, what, noun="read", extra=self.extra)
+        # The draw looked up at each call: tests pin this module's backoff_fraction.
+        self.policy = ReadPolicy(self.poll, draw=lambda: backoff_fraction())
+
+    @property
+    def poll(self) -> float:
+        return self.options.poll_interval_seconds
+
+    async def run(self, client: httpx.AsyncClient, after: int) -> None:
+        cursor = after
+        while True:
+            read = await self._read(client, cursor)
+            action = self._told(read)
+            if isinstance(action, HandOver):
+                assert not isinstance(read, FollowerError)
+                await self.sink(read.to_batch())
+                cursor = read.next
+                self._handed_over(read)
+                action = self.policy.handed_over(stopped=self._gone_after_stop())
+            if isinstance(action, End):
+                self._end(action.ending, read)
+                return
+            await self._carry_out(action, read)
+
+    def _told(self, read: Page | FollowerError) -> Action:
+        """Count the read, log what it did to the run of failures, and ask the policy."""
+        outcome: Outcome
+        if isinstance(read, FollowerError):
+            outcome = read_failed(read)
+            if outcome.failure is Failure.UNAVAILABLE:
+                self.failing.failed(read)
+        else:
+            outcome = PageRead(len(read.events), read.last, read.has_more, read.body_bytes)
+            self.failing.recovered()
+            if not self.policy.read_a_page and self.policy.not_found:
+                logger.debug(
+                    "task %s is known after %d reads answered 404",
+                    self.task_id,
+                    self.policy.not_found,
+                    extra=self.extra,
+                )
+            self.progress.state = read.state
+        counted = tally(outcome)
+        self.progress.reads += counted.reads
+        self.progress.failed_reads += counted.failed_reads
+        self.progress.pool_waits += counted.pool_waits
+        return self.policy.read(outcome, stopped=self._gone_after_stop(), now=anyio.current_time())
+
+    def _end(self, ending: Ending, read: Page | FollowerError) -> None:
+        """Carry out the end of following: return, or raise the sentinel or the read's error."""
+        if ending is Ending.UNKNOWN:
+            self._log_unknown()
+        elif isinstance(read, FollowerError):
+            if ending is Ending.GONE:
+                raise FollowingEnded(f"task {self.task_id}: read failed after stop") from read
+            raise read
+
+    async def _carry_out(self, action: Action, read: Page | FollowerError) -> None:
+        if isinstance(action, ReadNow):
+            await anyio.lowlevel.checkpoint()
+            return
+        assert isinstance(action, Wait)
+        if isinstance(read, PoolBusyError):
+            logger.debug("%s; reading task %s again", read, self.task_id, extra=self.extra)
+        elif isinstance(read, TaskNotFoundError):
+            logger.debug("task %s is not known yet; reading again", self.task_id)
+        elif isinstance(read, FollowerError):
+            self.failing.retrying(action.seconds)
+        if action.until_stop:
+            await self._wait_or_stop(action.seconds)
+        else:
+            await anyio.sleep(action.seconds)
+
+    def _log_unknown(self) -> None:
+        first_read_at = self.policy.first_read_at
+        if self.policy.not_found and first_read_at is not None:
+            logger.warning(
+                "task %s is unknown to the agent at %s after %d reads in %.1f s; not following it",
+                self.task_id,
+                self.endpoint,
+                self.policy.not_found + 1,
+                anyio.current_time() - first_read_at,
+                extra=self.extra,
+            )
+        else:
+            logger.warning(
+                "task %s is unknown to the agent at %s (HTTP 404); not following it",
+                self.task_id,
+                self.endpoint,
+                extra=self.extra,
+            )
+
+    async def _read(self, client: httpx.AsyncClient, cursor: int) -> Page | FollowerError:
+        """One cursor read: its page, or the library's error that it failed with."""
+        if client.is_closed:
+            return self._client_closed()
+        self.policy.reading(anyio.current_time())
+        try:
+            page = await read_page(
+                client,
+                self.endpoint,
+                self.task_id,
+                cursor,
+                read_timeout_seconds=self.options.read_timeout_seconds,
+                max_page_bytes=self.options.max_page_bytes,
+                headers=self.options.headers,
+                max_event_bytes=self.options.max_event_bytes,
+            )
+        except ClientClosedError as exc:
+            closed = self._client_closed()  # our caller's doing, not the agent's
+            closed.__cause__ = exc
+            return closed
+        except FollowerError as exc:
+            return exc
+        if not page.has_more:
+            self.progress.caught_up_at = anyio.current_time()
+        return page
+
+    def _client_closed(self) -> ClientClosedError:
+        return ClientClosedError(
+            f"the client given to follow task {self.task_id!r} at {self.endpoint} was closed "
+            "while following; no read can succeed, so following ends",
+            url=self.endpoint,
+            task_id=self.task_id,
+        )
+
+    def _gone_after_stop(self) -> bool:
+        """Whether the step has stopped: the turn has ended, so an agent that fails is gone."""
+        return self.stop.is_set()
+
+    def _handed_over(self, page: Page) -> None:
+        # Recorded as soon as the sink returns, before any checkpoint: an owner that
+        # cancels this follower next still sees the last page as read.
+        self.progress.cursor = page.next
+        self.progress.events += len(page.events)
+        self.progress.complete = page.last
+
+    async def _wait_or_stop(self, seconds: float) -> None:
+        with anyio.move_on_after(seconds):
+            await self.stop.wait()
+        # After a wait wakes, a pending cancel goes first (the 3.11 lesson).
+        await anyio.lowlevel.checkpoint_if_cancelled()

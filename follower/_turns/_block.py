@@ -1,0 +1,373 @@
+"""One turn of a step: the task group that owns its follower, and its stored marks.
+
+This is the one module that owns tasks. A turn's block opens a task group; its
+follower runs in it and never raises into it; the block's exit drains (the body
+returned) or cancels at once (raised or cancelled), then carries out the writes
+its ledger (``_ledger.TurnRecord``) plans, shielded and bounded, so that no
+outcome of the step is replaced and no follower outlives the block. Whose turn
+it is, its links, hand-off and what the end mark says are the ledger's to
+decide; the block only does what it is told.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, final
+
+import anyio
+import anyio.abc
+import attrs
+
+from .._errors import AgentError, ClientClosedError, StoreError
+from .._format._layout import TurnKeys
+from .._format._wire import TrajectoryState
+from .._public import NoPublicConstructor
+from .._reading._follow import FollowProgress, follow_task
+from .._retries import failure_reason
+from .._statistics import LiveTurnStatistics
+from .._storing._chunks import LiveTrajectoryChunks, write_next_turn
+from .._storing._stored_turn import StoredTurn, read_stored_turn
+from ._chain import TurnProgress
+from ._endings import bounded_cleanup, exit_unwrapped, outcome_of, run_cleanup
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from types import TracebackType
+
+    from .._options import FollowOptions
+    from .._stores import ObjectStore
+    from ._ledger import StepLedger, TurnExit, TurnRecord
+
+logger = logging.getLogger("follower.turns")
+
+# Entering a turn reads what the store holds of it (to refuse or resume it).
+STORED_TURN_READ_SECONDS = 10.0
+
+
+@final
+@attrs.define(eq=False, repr=False)
+class LiveTurn(metaclass=NoPublicConstructor):
+    """One turn of a step, yielded by :func:`following_live_trajectory`.
+
+    Call :meth:`follow` once the task exists, and :meth:`ended` with the state
+    the task ended in. Only the library makes one.
+    """
+
+    _block: _TurnBlock
+
+    def __repr__(self) -> str:  # never the endpoint, nor the options' headers
+        return f"<LiveTurn turn_id={self.turn_id!r} task_id={self.task_id!r}>"
+
+    @property
+    def turn_id(self) -> str:
+        return self._block.turn_id
+
+    @property
+    def task_id(self) -> str | None:
+        """The task this turn follows, once :meth:`follow` was called."""
+        return self._block.task_id
+
+    def follow(self, task_id: str) -> None:
+        """Start following ``task_id``'s live trajectory in the turn's task group.
+
+        One task per turn: a second call, or a call after the block ended,
+        raises :class:`~follower.TurnStateError`.
+        """
+        self._block.follow(task_id)
+
+    def ended(self, state: str | TrajectoryState) -> None:
+        """Report the A2A state the task ended in (``completed``, ``canceled``, ...)."""
+        self._block.record.ended(TrajectoryState.from_task_state(state))
+
+    def hand_off(self) -> None:
+        """Leave the turn for a later attempt: its exit writes no end mark.
+
+        For a step that stops without ending the turn for good (a worker shutting
+        down, a failure that will be retried). What is stored stays; the next
+        attempt continues it with ``resume=True``.
+        """
+        self._block.record.hand_off()
+
+    def statistics(self) -> LiveTurnStatistics:
+        """What the turn's follower and sink have done so far; cheap, no I/O.
+
+        A frozen snapshot, as trio's ``statistics()`` are: reads, failed reads,
+        pool waits, what was stored, whether the follower runs, its lag behind
+        the agent, and whether the last page was read.
+        """
+        return self._block.statistics()
+
+
+@attrs.define(eq=False, repr=False)
+class _TurnBlock:
+    """The async context manager behind :func:`following_live_trajectory`.
+
+    It owns the task group, the drain, the exit group's unwrapping, and the
+    writes its record plans; every decision is the record's.
+    """
+
+    _sink_class = LiveTrajectoryChunks
+
+    endpoint: str
+    store: ObjectStore
+    keys: TurnKeys
+    _options: FollowOptions = attrs.field(kw_only=True)
+    _ledger: StepLedger = attrs.field(kw_only=True)
+    _resume: bool = attrs.field(default=False, kw_only=True)
+    record: TurnRecord = attrs.field(init=False)
+    progress: FollowProgress = attrs.field(factory=FollowProgress, init=False)
+    _sink: LiveTrajectoryChunks | None = attrs.field(default=None, init=False)
+    _stop: anyio.Event = attrs.field(factory=anyio.Event, init=False)
+    _follower_done: anyio.Event = attrs.field(factory=anyio.Event, init=False)
+    _tg: anyio.abc.TaskGroup | None = attrs.field(default=None, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.record = self._ledger.open_turn(self.keys, resume=self._resume)
+
+    @property
+    def turn_id(self) -> str:
+        return self.keys.turn_id
+
+    @property
+    def task_id(self) -> str | None:
+        return self.record.task_id
+
+    # --- the body's side -------------------------------------------------------------
+
+    def follow(self, task_id: str) -> None:
+        plan = self.record.follow(task_id)
+        # A new turn's first write says whose it is; a resumed one continues.
+        self._sink = self._sink_class(
+            self.store,
+            self.keys.prefix_key,
+            self.turn_id,
+            task_id=task_id if plan.marks_task else None,
+            endpoint=self.endpoint,
+            stored_next=plan.after,
+            format=plan.format,
+        )
+        if plan.starts_follower:
+            self._start_follower(task_id)
+        if plan.links_from is not None:
+            assert self._tg is not None
+            self._tg.start_soon(self._write_link, name=f"link {plan.links_from} -> {self.turn_id}")
+
+    @property
+    def running(self) -> bool:
+        """Whether the turn's follower runs now."""
+        return self.progress.running
+
+    def turn_progress(self) -> TurnProgress:
+        return turn_progress(self.record, self.progress, self._sink)
+
+    def statistics(self, now: float | None = None) -> LiveTurnStatistics:
+        """A snapshot from the follower's own record and the sink's counters; sync, no I/O."""
+        return turn_statistics(self.record, self.progress, self._sink, now)
+
+    def _start_follower(self, task_id: str) -> None:
+        assert self._tg is not None
+        self._tg.start_soon(self._run_follower, task_id, name=f"follower {self.turn_id}")
+
+    async def _run_follower(self, task_id: str) -> None:
+        sink = self._sink
+        assert sink is not None
+        try:
+            with follower_failures_logged(self.turn_id, task_id, self.endpoint):
+                await follow_task(
+                    self.endpoint,
+                    task_id,
+                    sink,
+                    stop=self._stop,
+                    options=self._options,
+                    after=sink.stored_next,
+                    progress=self.progress,
+                    turn_id=self.turn_id,
+                )
+        finally:
+            if sink.turn_taken:
+                # Said at once, not at the block's exit: a turn that follows next, in
+                # this run, must not link from another run's turn.
+                self.record.taken_by_another_run()
+            self._follower_done.set()
+
+    async def _write_link(self) -> None:
+        previous = self.record.link_to_write()
+        if previous is None:
+            return
+        keys = TurnKeys(self.keys.prefix_key, previous)
+        with anyio.CancelScope(shield=True):  # a cleanup write, though it runs beside the body
+            landed = await bounded_cleanup(
+                f"turn {previous}: linking to turn {self.turn_id}",
+                lambda: write_next_turn(self.store, keys, self.turn_id),
+                extra=self._log_extra,
+            )
+        self.record.link_written(landed=landed)
+
+    # --- the block ------------------------------------------------------------------
+
+    async def __aenter__(self) -> LiveTurn:
+        self.record.entering()
+        self.record.found_stored(await self._read_stored())
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return LiveTurn._create(self)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.record.closing()
+        try:
+            if exc is None:
+                await self._drain()
+        except BaseException as during_drain:
+            # A cancel (or interrupt) of the step while its followers drain.
+            await self._close(during_drain)
+            raise
+        await self._close(exc)
+        # Not suppressed: the body's own exception (if any) goes on as itself,
+        # traceback intact.
+
+    async def _read_stored(self) -> StoredTurn:
+        return await read_stored_within_bound(self.store, self.keys)
+
+    async def _drain(self) -> None:
+        self._stop.set()
+        if self.record.starts_follower:
+            with anyio.move_on_after(self._options.drain_seconds):
+                await self._follower_done.wait()
+
+    async def _close(self, exc: BaseException | None) -> None:
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()
+        outcome = exc
+        try:
+            await self._exit_group(exc)
+        except BaseException as raised:
+            # A cancel arriving while the group exits ends the step too: mark it so.
+            outcome = raised
+            raise
+        finally:
+            try:
+                await self._cleanup(outcome)
+            finally:  # a cancel out of the cleanup too: the step keeps values, not the block
+                self._ledger.closed(self)
+
+    async def _exit_group(self, exc: BaseException | None) -> None:
+        assert self._tg is not None
+        await exit_unwrapped(self._tg, exc)
+
+    async def _cleanup(self, exc: BaseException | None) -> None:
+        progress = self.progress
+        planned = self.record.body_ended(
+            outcome_of(exc), complete=progress.complete, last_state=progress.state
+        )
+        await run_cleanup(lambda: self._write_marks(planned), exc)
+
+    async def _write_marks(self, planned: TurnExit) -> None:
+        mark, sink = planned.end_mark, self._sink
+        if mark is not None and sink is not None:
+            # Each its own bound: a stalled task.json must not cut the end mark short.
+            extra = self._log_extra
+            await bounded_cleanup(f"turn {self.turn_id}: task mark", sink.store_task, extra=extra)
+            await bounded_cleanup(
+                f"turn {self.turn_id}: end mark",
+                lambda: sink.end(mark.state, mark.complete),
+                extra=extra,
+            )
+            if sink.turn_taken:  # another run's turn: that run ends its chain there
+                self.record.taken_by_another_run()
+        await self._write_link()
+
+    @property
+    def _log_extra(self) -> dict[str, object]:
+        return {"task_id": self.task_id, "turn_id": self.turn_id}
+
+
+async def read_stored_within_bound(store: ObjectStore, keys: TurnKeys) -> StoredTurn:
+    """What the store holds of a turn already, read within :data:`STORED_TURN_READ_SECONDS`."""
+    with anyio.move_on_after(STORED_TURN_READ_SECONDS) as scope:
+        return await read_stored_turn(store, keys)
+    assert scope.cancelled_caught
+    raise StoreError(
+        f"reading what is stored of turn {keys.turn_id!r} took over {STORED_TURN_READ_SECONDS} s",
+        turn_id=keys.turn_id,
+        key=keys.live,
+    )
+
+
+@contextmanager
+def follower_failures_logged(turn_id: str, task_id: str, endpoint: str) -> Iterator[None]:
+    """Log a follower's failure, never raise it: the turn's to log, and the step goes on."""
+    extra = {"task_id": task_id, "turn_id": turn_id}
+    try:
+        yield
+    except (AgentError, ClientClosedError) as exc:
+        # The agent's fault, or a client closed under us: one line, no traceback,
+        # and never the agent's error body (a status error's message quotes it;
+        # docs/security.md).
+        if getattr(exc, "status_code", None) is None:
+            detail = f"{type(exc).__name__}: {exc}"  # our own words on a page we refused
+        else:
+            detail = f"{type(exc).__name__} ({failure_reason(exc)})"
+        logger.error(  # noqa: TRY400 (no traceback: it would quote the body)
+            "turn %s: following task %s at %s ended: %s",
+            turn_id,
+            task_id,
+            endpoint,
+            detail,
+            extra=extra,
+        )
+    except Exception:
+        logger.exception("turn %s: following task %s failed", turn_id, task_id, extra=extra)
+
+
+def turn_progress(
+    record: TurnRecord, progress: FollowProgress, sink: LiveTrajectoryChunks | None
+) -> TurnProgress:
+    """Where an open turn stands: its task, its contiguous events (a resumed turn's too)."""
+    events = sink.stored_next if sink is not None else record.stored_events
+    complete = record.complete(read_to_end=progress.complete)
+    return TurnProgress(record.turn_id, record.task_id, events, complete)
+
+
+def turn_statistics(
+    record: TurnRecord,
+    progress: FollowProgress,
+    sink: LiveTrajectoryChunks | None,
+    now: float | None = None,
+) -> LiveTurnStatistics:
+    """A snapshot of an open turn from its follower's own record and its sink's counters.
+
+    Sync and without a checkpoint, so the two are seen at one moment: the
+    follower moves its record right after the sink returns, in the same step.
+    """
+    return LiveTurnStatistics(
+        turn_id=record.turn_id,
+        task_id=record.task_id,
+        reads=progress.reads,
+        failed_reads=progress.failed_reads,
+        pool_waits=progress.pool_waits,
+        pages_stored=sink.chunks_stored if sink is not None else 0,
+        events_stored=sink.events_stored if sink is not None else 0,
+        bytes_stored=sink.bytes_stored if sink is not None else 0,
+        followers_alive=1 if progress.running else 0,
+        lag_seconds=progress.lag_seconds(now),
+        complete=record.complete(read_to_end=progress.complete),
+    )
+
+
+def open_turn(
+    endpoint: str,
+    store: ObjectStore,
+    keys: TurnKeys,
+    *,
+    options: FollowOptions,
+    ledger: StepLedger,
+    resume: bool,
+) -> _TurnBlock:
+    """The block of one turn of ``ledger``'s step, not yet entered."""
+    return _TurnBlock(endpoint, store, keys, options=options, ledger=ledger, resume=resume)

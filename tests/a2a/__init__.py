@@ -1,0 +1,1 @@
+"""The A2A client and turns, and the agent card."""

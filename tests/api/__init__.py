@@ -1,0 +1,1 @@
+"""The public face, the packaging and the testing kit."""

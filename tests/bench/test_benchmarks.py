@@ -1,0 +1,216 @@
+"""The benchmarks run, so they cannot rot: each script once, in its smoke mode, on loopback.
+
+The one place the benchmark scripts are run from the suite.
+Figures are never asserted (they belong to the machine); what is checked is that each
+script runs to the end and writes the figures it promises. They spawn processes and
+take seconds, so they run on one Python only (3.11, the one ``make bench`` uses), not
+on every Python of the suite. The old follower's side needs its own venv
+(``tools/old-follower-venv``, which `make test` builds) and is skipped where it has not been made.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+OLD_PYTHON = ROOT / ".venvs" / "old-follower" / "bin" / "python"
+
+pytestmark = pytest.mark.skipif(
+    sys.version_info[:2] != (3, 11),
+    reason="the benchmarks' smoke runs take seconds each: one Python (3.11) is enough",
+)
+
+
+HAS_OLD = pytest.mark.skipif(not OLD_PYTHON.exists(), reason="no venv from tools/old-follower-venv")
+# The ways read_path.py measures a read, as its JSON must name them: written out here, not
+# imported, so that a way renamed or dropped there fails this test.
+READ_PATH_WAYS = (
+    "raw",
+    "raw + deadline",
+    "h11",
+    "lean codec",
+    "httpx default",
+    "httpx + ours",
+    "read_page default",
+    "read_page + ours",
+)
+
+
+def run(script: str, *args: str, timeout: float = 180) -> str:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def scale_quick(tmp_path: Path, sides: str) -> dict[str, Any]:
+    out = tmp_path / "scale.json"
+    printed = run(
+        "scale.py",
+        "--quick",
+        "--followers",
+        "10",
+        "--seconds",
+        "2",
+        "--sides",
+        sides,
+        "--old-python",
+        str(OLD_PYTHON),
+        "--json",
+        str(out),
+    )
+    assert "Targets (issue 10)" in printed
+    return dict(json.loads(out.read_text()))
+
+
+def test_scale_quick_runs_ours_on_both_backends(tmp_path: Path) -> None:
+    document = scale_quick(tmp_path, "ours-asyncio,ours-trio")
+    runs = {run["side_name"]: run for run in document["runs"]}
+    assert set(runs) == {"ours-asyncio", "ours-trio"}
+    for result in runs.values():
+        assert result["followers"] == 10
+        assert result["started"] == 10, result
+        assert result["reads"] > 0
+        assert result["pages"] > 0
+        assert result["failures"] == 0, result["failure_samples"]
+        assert result["agent_refused"] == 0
+    ids = {target["id"] for target in document["targets"]}
+    assert "scale.cpu_ratio_1000_asyncio" in ids
+    assert "scale.lag_p99_5000_trio" in ids
+
+
+@HAS_OLD
+def test_scale_quick_runs_the_old_follower_beside_ours(tmp_path: Path) -> None:
+    document = scale_quick(tmp_path, "old,ours-asyncio")
+    old = next(run for run in document["runs"] if run["side_name"] == "old")
+    assert old["started"] == 10, old
+    assert old["pages"] > 0
+    ours = next(row for row in document["summary"] if row["side"] == "ours-asyncio")
+    assert ours["ratio_to_old"]["cpu_per_read_us"] is not None
+
+
+def test_summary_names_every_target_measured_or_not(tmp_path: Path) -> None:
+    scale = {
+        "targets": [
+            {
+                "id": "scale.rss_1000_asyncio",
+                "what": "RSS",
+                "bound": "<= 30 KiB",
+                "shown": "20 KiB",
+                "met": True,
+            }
+        ]
+    }
+    (tmp_path / "scale.json").write_text(json.dumps(scale))
+    printed = run("summary.py", "--results", str(tmp_path), "--markdown")
+    assert "| RSS | <= 30 KiB | 20 KiB | yes |" in printed
+    assert "small events/s into MemoryStore" in printed  # no throughput.json: not measured
+    assert "1 met, 0 missed, 13 not measured" in printed
+
+
+def test_many_followers_runs_one_shape() -> None:
+    printed = run(
+        "many_followers.py",
+        "--followers",
+        "5",
+        "--seconds",
+        "2",
+        "--shapes",
+        "pool",
+        "--agent-process",
+        "--startup-timeout",
+        "10",
+    )
+    assert "library default" in printed
+
+
+def test_read_path_quick_measures_every_way_on_both_backends(tmp_path: Path) -> None:
+    out = tmp_path / "read_path.json"
+    printed = run("read_path.py", "--quick", "--json", str(out))
+    results = json.loads(out.read_text())["results"]
+    assert {(r["backend"], r["way"]) for r in results} == {
+        (backend, way) for backend in ("asyncio", "trio") for way in READ_PATH_WAYS
+    }
+    assert all(r["cpu_us_per_read"] > 0 for r in results)
+    assert "read_page + ours" in printed
+
+
+def throughput_quick(tmp_path: Path, *old: str) -> dict[str, Any]:
+    out = tmp_path / "throughput.json"
+    printed = run("throughput.py", "--quick", "--json", str(out), "--tmp", str(tmp_path), *old)
+    figures = dict(json.loads(out.read_text()))
+    assert figures["events"] == 20_000
+    assert [row["store"] for row in figures["rows"]] == ["memory", "filesystem"]
+    for row in figures["rows"]:
+        assert row["all_stored"], row["end"]
+        assert row["events_per_second"] > 0
+        assert row["chunk_bytes"] > 0
+        assert row["store"] in printed
+    ids = [target["id"] for target in figures["targets"]]
+    assert ids == ["throughput.memory_events_per_second", "throughput.filesystem_events_per_second"]
+    return figures
+
+
+def test_throughput_quick_without_the_old_follower_says_so(tmp_path: Path) -> None:
+    figures = throughput_quick(tmp_path, "--old-python", str(tmp_path / "no-such-python"))
+    assert figures["old_rows"] == []
+    assert figures["ratio_to_old"] == []
+    assert "no-such-python" in figures["old_not_run"]
+
+
+@HAS_OLD
+def test_throughput_quick_drains_the_old_follower_beside_ours(tmp_path: Path) -> None:
+    figures = throughput_quick(tmp_path, "--old-python", str(OLD_PYTHON))
+    assert [row["store"] for row in figures["old_rows"]] == ["memory", "filesystem"]
+    for row in figures["old_rows"]:
+        assert row["all_stored"], row["end"]  # the same trajectory, every event stored
+    assert [ratio["store"] for ratio in figures["ratio_to_old"]] == ["memory", "filesystem"]
+    assert all(ratio["events_per_second"] > 0 for ratio in figures["ratio_to_old"])
+    assert all("x old" in target["shown"] for target in figures["targets"])
+
+
+def test_teardown_runs_every_cell_once_beside_the_old_follower(tmp_path: Path) -> None:
+    out = tmp_path / "teardown.json"
+    old = ["--old-python", str(OLD_PYTHON), "--old-repeats", "1", "--old-cap", "0.3"]
+    run("teardown.py", "--repeats", "1", "--backend", "asyncio", "--json", str(out), *old)
+    report = json.loads(out.read_text())
+    assert len(report["cells"]) == 12
+    assert report["ok"], [cell["problems"] for cell in report["cells"]]
+    ids = [target["id"] for target in report["targets"]]
+    assert ids == ["teardown.cancelled", "teardown.raises", "teardown.returns_dead_agent"]
+    if OLD_PYTHON.exists():
+        assert len(report["old"]["cells"]) == 12
+        assert len(report["ratio_to_old"]) == 12
+        # A body that returns: the old follower drains for 60 s, so every run meets the cap.
+        returns = [c for c in report["old"]["cells"] if c["outcome"] == "returns"]
+        assert all(cell["capped"] == 1 for cell in returns)
+    else:
+        assert "old" in report["not_run"]
+
+
+def test_idle_poll_lists_only_what_is_new_with_start_after(tmp_path: Path) -> None:
+    out = tmp_path / "idle.json"
+    run(
+        "idle_poll.py", "--chunks", "50", "--polls", "3", "--json", str(out), "--tmp", str(tmp_path)
+    )
+    rows = json.loads(out.read_text())["rows"]
+    assert [(row["store"], row["chunks"]) for row in rows] == [("memory", 50), ("filesystem", 50)]
+    for row in rows:
+        # The whole folder at every poll without start_after; only the marks with it.
+        assert row["whole_keys"] == 51
+        assert row["start_after_keys"] == 1
+    # And with the folder's version, nothing at all where the store offers one.
+    assert [row["version_keys"] for row in rows] == [1, 0]

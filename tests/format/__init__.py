@@ -1,0 +1,1 @@
+"""Pages, options, the stored layout's codecs, redaction."""

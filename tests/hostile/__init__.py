@@ -1,0 +1,3 @@
+"""Hostile input: garbage pages, stored garbage, limits, fuzzed answers and cards, echoed
+secrets.
+"""

@@ -1,0 +1,1 @@
+"""The HTTP wing: exchanges, the transports, the codec, credentials on the wire."""

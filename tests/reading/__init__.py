@@ -1,0 +1,1 @@
+"""The read loop and its policy: retries, logs, memory over long runs."""

@@ -1,0 +1,1 @@
+"""What a step stores and how it is read back."""
