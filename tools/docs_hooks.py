@@ -195,7 +195,7 @@ def cli_reference() -> str:
         "# Command line reference",
         "",
         "Generated when the site is built, from the parser `follower` itself runs",
-        "([`follower/_cli/_parser.py`](../code/follower/_cli_parser.py.md)): what you read",
+        "([`follower/_cli/_parser.py`](../code/follower/_cli/_parser.py.md)): what you read",
         "here is what `--help` prints. What each command is for, with examples, is in",
         "[Reading a step back](../reading.md) (`tail`), the [tutorials](../tutorials/trio.md)",
         "and the README; exit codes are listed in [Errors](../errors.md#command-line-exit-codes).",
