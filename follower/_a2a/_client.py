@@ -3,7 +3,7 @@
 It speaks the wire format of agents built on a2a-sdk 0.3 (``message/send``,
 ``tasks/get``, ``tasks/cancel``); its requests go through the HTTP module's
 bounded exchange, like the trajectory reads. It knows nothing of turns: the
-turns that follow a task (``_a2a_turn``) sit above it. A step that gives up on a
+turns that follow a task (``_turn``) sit above it. A step that gives up on a
 task asks for its cancel with :func:`cancel_task_quietly`, shielded and bounded,
 so the agent does not work for a step that is gone.
 """
@@ -21,6 +21,7 @@ from urllib.parse import urljoin
 import anyio
 import attrs
 
+from .._backoff import PollBackoff
 from .._errors import (
     A2AProtocolError,
     AgentCardError,
@@ -38,7 +39,7 @@ from .._http._exchange import RETRY_LATER_STATUSES, exchange, retry_after_second
 from .._options import DEFAULT_READ_TIMEOUT_SECONDS, RequestHeaders, request_headers
 from .._public import NoPublicConstructor
 from .._redact import hiding, scrub, secrets_of
-from .._retries import FailureStreak, PollBackoff
+from .._retries import FailureStreak
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

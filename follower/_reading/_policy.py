@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from .._backoff import retry_delay
 from .._errors import (
     AgentRefusedError,
     AgentUnavailableError,
@@ -30,7 +31,6 @@ from .._errors import (
     PoolBusyError,
     TaskNotFoundError,
 )
-from .._retries import retry_delay
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -257,7 +257,7 @@ QUOTES = (
             ("docs/security.md", "`floor + {:s} x n`"),
             ("docs/testing.md", "`poll_interval + {:s} x failures`"),
             (
-                "follower/_retries.py",
+                "follower/_backoff.py",
                 "the floor + ``step_seconds`` ({:s}) x failures; both are capped at {:s}",
             ),
         ),

@@ -14,8 +14,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from follower._backoff import BACKOFF_STEP_SECONDS
 from follower._reading._follow import AFTER_STOP_PAUSE_SECONDS
-from follower._retries import BACKOFF_STEP_SECONDS
 
 from ..support import hypothesis_profiles as hypothesis_profiles  # registers the profiles
 from .scripts import (

@@ -22,8 +22,8 @@ import anyio.lowlevel
 import httpx
 
 from follower import LiveTurns, following_live_trajectory
+from follower._backoff import retry_delay
 from follower._http._exchange import POOL_WAIT_SECONDS
-from follower._retries import retry_delay
 from follower._turns._endings import CLEANUP_SECONDS, CLEANUP_WRITE_SECONDS
 
 from .fakes import WorldAgent, WorldStore

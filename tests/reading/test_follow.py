@@ -24,12 +24,12 @@ import pytest
 
 import follower._reading._follow as _follow
 from follower import AgentRefusedError, MalformedPageError, MalformedPageReason, TrajectoryState
+from follower._backoff import retry_delay
 from follower._reading._policy import (
     BACKLOG_PAGE_BYTES,
     NOT_FOUND_GRACE_SECONDS,
     NOT_FOUND_RETRY_SECONDS,
 )
-from follower._retries import retry_delay
 from follower.lowlevel import TrajectoryBatch, follow_trajectory
 
 from ..support.agents import ENDPOINT, RecordingSink, ScriptedAgent

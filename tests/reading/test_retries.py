@@ -32,10 +32,10 @@ from follower import (
     _retries,
     following_live_trajectory,
 )
+from follower._backoff import BACKOFF_CAP_SECONDS, BACKOFF_STEP_SECONDS, retry_delay
 from follower._format._layout import TurnKeys
 from follower._http._exchange import read_page, retry_after_seconds
 from follower._reading._follow import AFTER_STOP_PAUSE_SECONDS
-from follower._retries import BACKOFF_CAP_SECONDS, BACKOFF_STEP_SECONDS, retry_delay
 from follower.lowlevel import follow_trajectory
 
 from ..support.agents import ENDPOINT, RecordingSink, ScriptedAgent

@@ -17,9 +17,6 @@ ledger with one rule broken, and expects it to fail.
 
 from __future__ import annotations
 
-import ast
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -45,6 +42,8 @@ from follower import (
 from follower._format._layout import EndMark, NextLink, TaskMark, TurnKeys
 from follower._storing._stored_turn import StoredTurn
 from follower._turns._ledger import EndMarkPlan, Outcome, StepEnd, StepLedger, TurnExit, TurnRecord
+
+from ..support.imports import imports_reached
 
 PREFIX = "step/"
 TURN_IDS = ("t0", "t1", "t2", "t3", "t4")
@@ -446,34 +445,8 @@ def test_the_machine_catches_each_planted_bug(bug: str, monkeypatch: pytest.Monk
 SYNC_OUTSIDE = {"anyio", "httpx", "asyncio", "trio", "socket", "threading"}
 
 
-def _imports(module: str) -> set[str]:
-    """What ``module`` imports at run time (not under TYPE_CHECKING), relative ones resolved."""
-    spec = importlib.util.find_spec(module)
-    assert spec is not None, module
-    assert spec.origin is not None, module
-    package = module if spec.submodule_search_locations else module.rpartition(".")[0]
-    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            relative = "." * node.level + (node.module or "")
-            names.add(importlib.util.resolve_name(relative, package) if node.level else relative)
-    return names
-
-
 def test_the_ledger_imports_nothing_that_does_io() -> None:
-    seen: set[str] = set()
-    todo = ["follower._turns._ledger"]
-    while todo:
-        module = todo.pop()
-        seen.add(module)
-        for name in _imports(module):
-            if name.startswith("follower."):
-                if name not in seen:
-                    todo.append(name)
-            else:
-                assert name.split(".")[0] not in SYNC_OUTSIDE, f"{module} imports {name}"
+    seen, outside = imports_reached("follower._turns._ledger")
+    assert not outside & SYNC_OUTSIDE, sorted(outside & SYNC_OUTSIDE)
     # the walk went down the imports
     assert {"follower._turns._ledger", "follower._format._wire"} <= seen
