@@ -3,7 +3,7 @@
 One orchestration for every turn the library runs: :func:`run_a2a_turn`,
 :func:`follow_a2a_task` and the Temporal activity's turns all call
 :func:`a2a_turn`, above the JSON-RPC client (``_a2a``) and the turn's block
-(``_turns``). When a step is cancelled or fails once the task is the turn's,
+(``_turns._block``). When a step is cancelled or fails once the task is the turn's,
 the agent is told to cancel it too, shielded and bounded, so it does not work
 for a step that is gone; a caller that hands its turn to a retry keeps the task
 running instead.

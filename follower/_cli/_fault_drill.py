@@ -16,7 +16,7 @@ when the step stops. What is measured, and the design's bounds on it:
   task still running: no follower outlives its block;
 - the turn's ``end.json``: written, with the state the outcome implies.
 
-``_validate_table`` runs the cells and prints the table; the teardown benchmark
+``_fault_table`` runs the cells and prints the table; the teardown benchmark
 uses the same :func:`measure_cell`.
 """
 

@@ -4,7 +4,7 @@ Every command runs on the backend chosen with ``--backend``; errors a user can
 act on end with one line on stderr and an exit code of their own. This module
 alone parses and checks arguments and maps errors to exit codes: the demo and
 the agent (``_demo``) take plain arguments, and are imported only to run;
-follow and tail (``_cli_follow``) raise the errors this module maps.
+follow and tail (``_follow``) raise the errors this module maps.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Following one task's live trajectory: the read loop (docs/protocol.md, "Following one task").
 
-What to do after each read is the read policy's (``_read_policy``: sync, no
+What to do after each read is the read policy's (``_policy``: sync, no
 I/O); this module reads, hands pages to the sink, waits, and ends as it is told.
 Before ``stop`` an agent that fails to answer may be busy, so a failed read is
 retried with jittered backoff. After ``stop`` the turn has ended, so an agent

@@ -1,7 +1,7 @@
 """Write-once object stores behind one async protocol: the library's stores in one place.
 
-The protocol and the rules every store keeps are in ``_store_protocol``; the
-stores in ``_store_memory`` and ``_store_filesystem`` (S3's in ``_s3``, apart:
+The protocol and the rules every store keeps are in ``_protocol``; the
+stores in ``_memory`` and ``_filesystem`` (S3's in ``_s3``, apart:
 it needs boto3).
 """
 

@@ -2,7 +2,7 @@
 
 Kept the way h11 keeps HTTP's state machine (its ``_state.py``): every state of
 a step's turns and every decision about them lives here, with no I/O and no
-anyio. A turn's block (``_turns``) and the step (``_step``) call a transition
+anyio. A turn's block (``_block``) and the step (``_step``) call a transition
 and carry out what it returns (start a follower, write a link, an end mark,
 the null link), each under its bound, then say what happened that the ledger
 must know (a link landed, another run owns the turn). So the rules can be

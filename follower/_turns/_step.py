@@ -1,6 +1,6 @@
 """A step's turns, linked in order; or a lone turn.
 
-The turns' blocks (``_turns``) own the tasks and the step's ledger
+The turns' blocks (``_block``) own the tasks and the step's ledger
 (``_ledger.StepLedger``) every decision; this module opens the turns, writes
 the step's last mark where the ledger says, and sums what its turns did
 (``statistics()``).

@@ -40,7 +40,7 @@ from follower._http._clients import client_pool
 from follower._http._exchange import read_page
 from follower._http._response import ResponseParser
 from tests.support.http_requests import read_request
-from tests.support.hypothesis_profiles import property_settings
+from tests.support.hypothesis_profiles import property_settings, share_seed
 
 pytestmark = pytest.mark.anyio
 
@@ -325,7 +325,8 @@ def assert_process_unharmed(limit: int) -> None:
 # --- the properties -----------------------------------------------------------------------
 
 
-@property_settings(600)
+@share_seed
+@property_settings(600, shared=True)
 @given(answer=answers())
 @example(answer=([b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n[", STALL], 10))
 @example(answer=([b"HTTP/1.1 200 OK\r\n", STALL], 10))
@@ -353,7 +354,8 @@ HELD_OVERHEAD_BYTES = 2 * 1024 * 1024
 HELD_CAP_BYTES = 1024 * 1024
 
 
-@property_settings(200)
+@share_seed
+@property_settings(200, shared=True)
 @given(answer=answers())
 async def test_no_answer_makes_a_read_hold_more_than_its_cap_and_a_fixed_overhead(
     answer: tuple[list[bytes | None], int],
@@ -387,7 +389,8 @@ async def test_no_answer_makes_a_read_hold_more_than_its_cap_and_a_fixed_overhea
     "(Response|PoolByteStream|HTTP11ConnectionByteStream)[.]"
     ":pytest.PytestUnraisableExceptionWarning"
 )
-@property_settings(150)
+@share_seed
+@property_settings(150, shared=True)
 @given(answer=answers())
 async def test_any_answer_on_httpxs_transport_is_a_page_or_a_typed_error(
     answer: tuple[list[bytes | None], int],
@@ -430,7 +433,8 @@ def honest_page(after: int, count: int, last: bool) -> list[bytes | None]:
     return [b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body)]
 
 
-@property_settings(100)
+@share_seed
+@property_settings(100, shared=True)
 @given(conversation=conversations(), data=st.data())
 async def test_whatever_the_agent_answers_chunks_stay_in_order_and_the_turn_is_marked(
     conversation: list[tuple[str, Any]], data: st.DataObject

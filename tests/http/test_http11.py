@@ -1,4 +1,5 @@
-"""The library's HTTP/1.1 codec (``follower._http11_*``): each rule, and h11 as the oracle.
+"""The library's HTTP/1.1 codec (``follower._http``'s ``_request``, ``_head``, ``_response``):
+each rule, and h11 as the oracle.
 
 Unit tests state each rule of the module's docstring: what is framed, what is
 refused, when a connection may carry another exchange. The differential tests

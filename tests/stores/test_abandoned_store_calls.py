@@ -36,7 +36,6 @@ from tests.support.agents import ENDPOINT, ScriptedAgent
 
 follower._turns._endings.CLEANUP_WRITE_SECONDS = 0.5
 follower._turns._endings.CLEANUP_SECONDS = 1.0
-follower._turns._block.CLEANUP_SECONDS = 1.0
 NEVER = threading.Event()
 
 class StalledStore(FilesystemStore):

@@ -373,11 +373,11 @@ def test_the_stores_are_final_attrs_resources_equal_only_to_themselves(
 
 
 def test_the_sink_shows_its_endpoint_without_its_password() -> None:
-    sink = follower.LiveTrajectoryChunks(
+    sink = follower.lowlevel.LiveTrajectoryChunks(
         MemoryStore(), "steps/s1/", "turn-1", task_id="t1", endpoint="https://u:hunter2@agent/"
     )
-    assert attrs.has(follower.LiveTrajectoryChunks)
-    assert getattr(follower.LiveTrajectoryChunks, "__final__", False)
+    assert attrs.has(follower.lowlevel.LiveTrajectoryChunks)
+    assert getattr(follower.lowlevel.LiveTrajectoryChunks, "__final__", False)
     assert "hunter2" not in repr(sink)
     assert "turn-1" in repr(sink)
 
