@@ -3,8 +3,9 @@
 One policy for every retried call, to an agent (a follower's reads, the A2A
 ``tasks/get`` polls) or to a store (a turn's puts, while the store is
 unavailable): a backoff that honours ``Retry-After`` within a cap (jittered
-after a failed read or put, :func:`retry_delay`; growing by half a poll while a
-wait for a task polls, :class:`PollBackoff`), and
+after a failed read or put, :func:`~follower._backoff.retry_delay`; growing by
+half a poll while a wait for a task polls, :class:`~follower._backoff.PollBackoff`;
+their arithmetic is :mod:`follower._backoff`'s, the draws are this module's), and
 logs that grow with the outages, never with the calls: a warning as a run of
 failures starts, a summary as it ends, a debug line for each failure in
 between, and an agent that flaps is one run (:class:`FailureStreak`). What is
