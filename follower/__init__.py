@@ -37,6 +37,8 @@ from ._errors import TurnConflictError as TurnConflictError
 from ._errors import TurnExistsError as TurnExistsError
 from ._errors import TurnStateError as TurnStateError
 from ._errors import UsageError as UsageError
+from ._format._a2a import TaskSource as TaskSource
+from ._format._a2a import Via as Via
 from ._format._wire import TrajectoryState as TrajectoryState
 from ._public import name_as_public as _name_as_public
 from ._statistics import LiveTurnsStatistics as LiveTurnsStatistics
@@ -89,6 +91,7 @@ __all__ = (
     "StoreUnavailableError",
     "StoredEvent",
     "TaskNotFoundError",
+    "TaskSource",
     "TaskTimeoutError",
     "TrajectoryState",
     "TurnConflictError",
@@ -97,6 +100,7 @@ __all__ = (
     "TurnProgress",
     "TurnStateError",
     "UsageError",
+    "Via",
     "connect_agent",
     "follow_a2a_task",
     "following_live_trajectory",

@@ -10,9 +10,7 @@ so the agent does not work for a step that is gone.
 
 from __future__ import annotations
 
-import json
 import logging
-import uuid
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, final
@@ -25,20 +23,28 @@ from .._backoff import PollBackoff
 from .._errors import (
     A2AProtocolError,
     AgentCardError,
-    AgentRefusedError,
     AgentUnavailableError,
     FollowerError,
+    InvalidArgumentError,
     PoolBusyError,
-    TaskNotFoundError,
     TaskTimeoutError,
     add_context,
 )
+from .._format._a2a import (
+    A2AWire,
+    TaskSource,
+    Via,
+    a2a_state,
+    jsonrpc_interface,
+    task_source,
+)
 from .._format._discovery import has_user_info, live_trajectory_endpoint, same_origin
 from .._http._clients import leased_client
-from .._http._exchange import RETRY_LATER_STATUSES, exchange, retry_after_seconds
+from .._http._exchange import exchange
+from .._http._jsonrpc import MAX_RPC_BYTES, call_jsonrpc, call_name, json_object, short
 from .._options import DEFAULT_READ_TIMEOUT_SECONDS, RequestHeaders, request_headers
 from .._public import NoPublicConstructor
-from .._redact import hiding, scrub, secrets_of
+from .._redact import hiding, secrets_of
 from .._retries import FailureStreak
 
 if TYPE_CHECKING:
@@ -46,7 +52,6 @@ if TYPE_CHECKING:
 
     import httpx
 
-    from .._errors import ErrorContext
     from .._redact import Secrets
 
 logger = logging.getLogger("follower.a2a")
@@ -58,8 +63,6 @@ TURN_ENDING_STATES = frozenset(
 )
 CANCEL_TASK_SECONDS = 5.0
 DEFAULT_TASK_DEADLINE_SECONDS = 600.0
-_MAX_RPC_BYTES = 16 * 1024 * 1024
-_JSONRPC_TASK_NOT_FOUND = -32001
 
 
 @final
@@ -83,11 +86,17 @@ class A2ATask(metaclass=NoPublicConstructor):
     def from_result(
         cls, result: Any, method: str, *, url: str | None = None, task_id: str | None = None
     ) -> A2ATask:
-        """The task an A2A call answered with; ``url`` and ``task_id`` name the call in errors."""
-        what = _call_name(method, url, task_id)
+        """The task an A2A call answered with; ``url`` and ``task_id`` name the call in errors.
+
+        0.3 answers with the task itself (``kind`` ``task``), 1.0's ``SendMessage``
+        with ``{"task": ...}``; a state in either spelling is kept in 0.3's.
+        """
+        what = call_name(method, url, task_id)
+        if isinstance(result, Mapping) and set(result) == {"task"}:
+            result = result["task"]
         if not isinstance(result, Mapping) or result.get("kind", "task") != "task":
             raise A2AProtocolError(
-                f"{what} answered with no task: {_short(result)}", url=url, task_id=task_id
+                f"{what} answered with no task: {short(result)}", url=url, task_id=task_id
             )
         got_id = result.get("id")
         status = result.get("status")
@@ -95,12 +104,12 @@ class A2ATask(metaclass=NoPublicConstructor):
         context_id = result.get("contextId")
         if not isinstance(got_id, str) or not got_id or not isinstance(state, str):
             raise A2AProtocolError(
-                f"{what} answered with a malformed task: {_short(result)}",
+                f"{what} answered with a malformed task: {short(result)}",
                 url=url,
                 task_id=task_id,
             )
         context = context_id if isinstance(context_id, str) else None
-        return cls._create(got_id, context, state.lower())
+        return cls._create(got_id, context, a2a_state(state) or state.lower())
 
 
 def _checked_headers(headers: Mapping[str, str] | None) -> RequestHeaders:
@@ -117,32 +126,32 @@ class A2AAgent(metaclass=NoPublicConstructor):
     _client: httpx.AsyncClient
     _timeout_seconds: float = attrs.field(default=DEFAULT_READ_TIMEOUT_SECONDS, kw_only=True)
     _headers: RequestHeaders = attrs.field(default=None, kw_only=True, converter=_checked_headers)
+    wire: A2AWire = attrs.field(factory=A2AWire, kw_only=True)
+    _via: Via | None = attrs.field(default=None, kw_only=True)
     # What the agent may echo of our requests, hidden in whatever its calls raise.
     _secrets: Secrets = attrs.field(init=False)
     trajectory_endpoint: str | None = attrs.field(init=False)
+    task_source: TaskSource | None = attrs.field(init=False)
+    """How the agent's tasks are followed: the way asked for, or the best its card offers
+    (cursor reads, else its stream, else polls); None when cursor reads were asked for
+    and the card offers none."""
+    _rpc_headers: RequestHeaders = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self._secrets = secrets_of(client=self._client, headers=self._headers, urls=[self.url])
         self.trajectory_endpoint = live_trajectory_endpoint(self.card, self.url)
+        self.task_source = task_source(self.card, self.url, self.wire, self._via)
+        self._rpc_headers = (*self._headers, *self.wire.headers)
 
     async def send_message(self, text: str, *, context_id: str | None = None) -> A2ATask:
         """Send a user message; the agent answers at once with the task it started."""
-        message: dict[str, Any] = {
-            "role": "user",
-            "parts": [{"kind": "text", "text": text}],
-            "messageId": uuid.uuid4().hex,
-            "kind": "message",
-        }
-        if context_id is not None:
-            message["contextId"] = context_id
-        params = {"message": message, "configuration": {"blocking": False}}
-        return await self._task_call("message/send", params)
+        return await self._task_call(*self.wire.send_message(text, context_id))
 
     async def get_task(self, task_id: str) -> A2ATask:
-        return await self._task_call("tasks/get", {"id": task_id, "historyLength": 0}, task_id)
+        return await self._task_call(*self.wire.get_task(task_id), task_id)
 
     async def cancel_task(self, task_id: str) -> A2ATask:
-        return await self._task_call("tasks/cancel", {"id": task_id}, task_id)
+        return await self._task_call(*self.wire.cancel_task(task_id), task_id)
 
     async def _task_call(
         self, method: str, params: Mapping[str, Any], task_id: str | None = None
@@ -216,45 +225,15 @@ class A2AAgent(metaclass=NoPublicConstructor):
     async def _call(
         self, method: str, params: Mapping[str, Any], task_id: str | None = None
     ) -> Any:
-        request = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method, "params": params}
-        status, body = await exchange(
+        return await call_jsonrpc(
             self._client,
-            "POST",
             self.url,
-            request,
+            method,
+            params,
             timeout_seconds=self._timeout_seconds,
-            max_body_bytes=_MAX_RPC_BYTES,
-            what=_call_name(method, None, task_id),
-            headers=self._headers,
+            headers=self._rpc_headers,
+            task_id=task_id,
         )
-        what = _call_name(method, self.url, task_id)
-        context: ErrorContext = {"url": self.url, "task_id": task_id}
-        if status >= 500 or status in RETRY_LATER_STATUSES:
-            raise AgentUnavailableError(
-                f"{what} answered {status}",
-                status_code=status,
-                retry_after_seconds=retry_after_seconds(getattr(body, "retry_after", None)),
-                **context,
-            )
-        if status != 200:
-            raise AgentRefusedError(f"{what} answered {status}", status_code=status, **context)
-        answer = _json_object(body, A2AProtocolError, f"the answer to {what}", self.url)
-        error = answer.get("error")
-        if error is not None:
-            code = error.get("code") if isinstance(error, Mapping) else None
-            text = error.get("message") if isinstance(error, Mapping) else error
-            # Scrubbed before it is cut: a token cut in two is no longer found whole.
-            text = scrub(str(text))[:200]
-            if code == _JSONRPC_TASK_NOT_FOUND:
-                raise TaskNotFoundError(
-                    f"{what}: the agent does not know the task: {text}", **context
-                )
-            raise A2AProtocolError(
-                f"{what} failed: {text} (code {scrub(repr(code))[:40]})", code=code, **context
-            )
-        if "result" not in answer:
-            raise A2AProtocolError(f"{what} answered with neither result nor error", **context)
-        return answer["result"]
 
 
 @asynccontextmanager
@@ -264,6 +243,7 @@ async def connect_agent(
     client: httpx.AsyncClient | None = None,
     timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
     headers: Mapping[str, str] | None = None,
+    via: Via | str | None = None,
 ) -> AsyncIterator[A2AAgent]:
     """Fetch the agent card under ``url`` and yield the agent, with its live read (or None).
 
@@ -278,19 +258,37 @@ async def connect_agent(
     call, on top of the client's own; all of them to ``url``'s origin only
     (never through a redirect), and never into a log line. Pass the same to
     :class:`~follower.LiveTurns` for the trajectory reads.
+
+    A card naming a JSON-RPC interface of A2A 1.0 (``supportedInterfaces``) is
+    spoken to in 1.0, any other in 0.3. ``via`` (``"cursor"``, ``"stream"``,
+    ``"poll"``) chooses how its tasks are followed (:attr:`A2AAgent.task_source`);
+    by default the best way the card offers.
     """
     checked = request_headers("headers", headers)
+    chosen = _checked_via(via)
     async with leased_client(client, headers=checked, url=url) as leased:
         card_url, card = await fetch_agent_card(
             leased, url, timeout_seconds=timeout_seconds, headers=checked
         )
+        named, version = jsonrpc_interface(card)
         yield A2AAgent._create(
-            _rpc_url(card, card_url, url),
+            _rpc_url(named, card_url, url),
             card,
             leased,
             timeout_seconds=timeout_seconds,
             headers=dict(checked),
+            wire=A2AWire(version),
+            via=chosen,
         )
+
+
+def _checked_via(via: object) -> Via | None:
+    if via is None or isinstance(via, Via):
+        return via
+    if isinstance(via, str) and via in Via.__members__.values():
+        return Via(via)
+    ways = ", ".join(repr(way.value) for way in Via)
+    raise InvalidArgumentError(f"via must be one of {ways} or None, not {via!r}")
 
 
 async def fetch_agent_card(
@@ -311,7 +309,7 @@ async def fetch_agent_card(
             "GET",
             card_url,
             timeout_seconds=timeout_seconds,
-            max_body_bytes=_MAX_RPC_BYTES,
+            max_body_bytes=MAX_RPC_BYTES,
             what="agent card",
             headers=headers,
         )
@@ -319,15 +317,14 @@ async def fetch_agent_card(
             continue
         if status != 200:
             raise AgentCardError(f"no agent card at {card_url}: HTTP {status}", url=card_url)
-        return card_url, _json_object(
+        return card_url, json_object(
             body, AgentCardError, f"the agent card at {card_url}", card_url
         )
     raise AssertionError("unreachable: the last candidate returns or raises")
 
 
-def _rpc_url(card: Mapping[str, Any], card_url: str, given_url: str) -> str:
-    named = card.get("url")
-    if not isinstance(named, str) or not named or has_user_info(given_url):
+def _rpc_url(named: str | None, card_url: str, given_url: str) -> str:
+    if named is None or has_user_info(given_url):
         # Credentials in the given URL's user info go with that URL, and no other.
         return given_url
     resolved = urljoin(card_url, named)
@@ -346,26 +343,3 @@ async def cancel_task_quietly(agent: A2AAgent, task_id: str) -> None:
             logger.warning("could not cancel task %s: %s", task_id, exc)
     if scope.cancelled_caught:
         logger.warning("cancelling task %s took over %s s", task_id, CANCEL_TASK_SECONDS)
-
-
-def _json_object(body: bytes, error: type[FollowerError], what: str, url: str) -> Mapping[str, Any]:
-    """A JSON object from an answer, or ``error`` saying what it was instead."""
-    try:
-        value = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise error(f"{what} is not JSON", url=url) from exc
-    if not isinstance(value, Mapping):
-        raise error(f"{what} is not a JSON object: {_short(value)}", url=url)
-    return value
-
-
-def _call_name(method: str, url: str | None, task_id: str | None) -> str:
-    """How an error names an A2A call: its method, its task (if it has one) and its URL."""
-    of_task = f" of task {task_id!r}" if task_id is not None else ""
-    at = f" at {url}" if url is not None else ""
-    return f"{method}{of_task}{at}"
-
-
-def _short(value: Any) -> str:
-    text = scrub(repr(value))  # before it is cut, as a JSON-RPC error's message
-    return text if len(text) <= 200 else text[:200] + "..."

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from .._format._a2a import Via
 from ._client import DEFAULT_TASK_DEADLINE_SECONDS, cancel_task_quietly
 
 if TYPE_CHECKING:
@@ -168,7 +169,8 @@ async def _following(
     agent: A2AAgent, turns: LiveTurns | None, turn_id: str
 ) -> AsyncIterator[LiveTurn | None]:
     """The turn's block, or None when nothing is followed."""
-    if turns is None or agent.trajectory_endpoint is None:
+    cursor_reads = turns is not None and turns.source.via is Via.CURSOR
+    if turns is None or (cursor_reads and agent.trajectory_endpoint is None):
         yield None
         return
     async with turns.following(turn_id) as turn:

@@ -23,7 +23,8 @@ from .._errors import AgentError, ClientClosedError, StoreError
 from .._format._layout import TurnKeys
 from .._format._wire import TrajectoryState
 from .._public import NoPublicConstructor
-from .._reading._follow import FollowProgress, follow_task
+from .._reading._follow import FollowProgress
+from .._reading._ways import FOLLOWERS
 from .._retries import failure_reason
 from .._statistics import LiveTurnStatistics
 from .._storing._chunks import LiveTrajectoryChunks, write_next_turn
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from types import TracebackType
 
+    from .._format._a2a import TaskSource
     from .._options import FollowOptions
     from .._stores import ObjectStore
     from ._ledger import StepLedger, TurnExit, TurnRecord
@@ -109,7 +111,7 @@ class _TurnBlock:
 
     _sink_class = LiveTrajectoryChunks
 
-    endpoint: str
+    source: TaskSource
     store: ObjectStore
     keys: TurnKeys
     _options: FollowOptions = attrs.field(kw_only=True)
@@ -132,6 +134,11 @@ class _TurnBlock:
     @property
     def task_id(self) -> str | None:
         return self.record.task_id
+
+    @property
+    def endpoint(self) -> str:
+        """Where the task is read: the cursor read's endpoint, or the agent's JSON-RPC URL."""
+        return self.source.url
 
     # --- the body's side -------------------------------------------------------------
 
@@ -174,8 +181,9 @@ class _TurnBlock:
         assert sink is not None
         try:
             with follower_failures_logged(self.turn_id, task_id, self.endpoint):
-                await follow_task(
-                    self.endpoint,
+                follow = FOLLOWERS[self.source.via]
+                await follow(
+                    self.source,
                     task_id,
                     sink,
                     stop=self._stop,
@@ -361,7 +369,7 @@ def turn_statistics(
 
 
 def open_turn(
-    endpoint: str,
+    source: TaskSource,
     store: ObjectStore,
     keys: TurnKeys,
     *,
@@ -370,4 +378,4 @@ def open_turn(
     resume: bool,
 ) -> _TurnBlock:
     """The block of one turn of ``ledger``'s step, not yet entered."""
-    return _TurnBlock(endpoint, store, keys, options=options, ledger=ledger, resume=resume)
+    return _TurnBlock(source, store, keys, options=options, ledger=ledger, resume=resume)

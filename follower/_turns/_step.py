@@ -17,6 +17,7 @@ import anyio.lowlevel
 import attrs
 
 from .._errors import AgentCardError, TurnStateError
+from .._format._a2a import TaskSource, Via
 from .._format._layout import TurnKeys
 from .._http._exchange import checked_endpoint
 from .._options import (
@@ -50,8 +51,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger("follower.step")
 
 
-def live_endpoint(endpoint: str | None) -> str:
-    """The live read's URL, checked; an :class:`~follower.AgentCardError` at once if there is none.
+def live_source(endpoint: str | TaskSource | None) -> TaskSource:
+    """How the turns' tasks are followed: an endpoint's cursor reads, or the source given.
+
+    A ``str`` is a live-trajectory endpoint (cursor reads); a :class:`TaskSource`
+    (``A2AAgent.task_source``) names its way. Its URL is checked; an
+    :class:`~follower.AgentCardError` at once if there is none.
 
     ``A2AAgent.trajectory_endpoint`` is None for an agent whose card offers no live
     trajectory; taken as is, the step would store turns no reader can follow. Any
@@ -63,11 +68,14 @@ def live_endpoint(endpoint: str | None) -> str:
             "urn:agentenv:trajectory/v1 extension), so there is nothing to follow: check "
             "agent.trajectory_endpoint before following, or follow another agent"
         )
-    return checked_endpoint(endpoint)
+    if isinstance(endpoint, TaskSource):
+        checked_endpoint(endpoint.url)
+        return endpoint
+    return TaskSource(Via.CURSOR, checked_endpoint(endpoint))
 
 
 def following_live_trajectory(
-    endpoint: str | None,
+    endpoint: str | TaskSource | None,
     store: ObjectStore,
     prefix_key: str,
     turn_id: str,
@@ -109,7 +117,7 @@ def following_live_trajectory(
     client. They go only to ``endpoint``, never through a redirect, and are
     never logged.
     """
-    endpoint = live_endpoint(endpoint)
+    source = live_source(endpoint)
     options = FollowOptions(
         poll_interval_seconds=poll_interval_seconds,
         drain_seconds=drain_seconds,
@@ -124,7 +132,7 @@ def following_live_trajectory(
         TurnKeys(prefix_key, previous_turn_id)  # refused now, not at the first link
     keys = TurnKeys(prefix_key, turn_id)
     ledger = StepLedger(previous_turn_id)
-    return open_turn(endpoint, store, keys, options=options, ledger=ledger, resume=resume)
+    return open_turn(source, store, keys, options=options, ledger=ledger, resume=resume)
 
 
 @final
@@ -145,7 +153,7 @@ class LiveTurns:
     :func:`following_live_trajectory`.
     """
 
-    endpoint: str
+    source: TaskSource
     store: ObjectStore
     prefix_key: str
     resume: bool
@@ -155,7 +163,7 @@ class LiveTurns:
 
     def __init__(
         self,
-        endpoint: str | None,
+        endpoint: str | TaskSource | None,
         store: ObjectStore,
         prefix_key: str,
         *,
@@ -169,7 +177,7 @@ class LiveTurns:
         headers: Mapping[str, str] | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
-        endpoint = live_endpoint(endpoint)
+        source = live_source(endpoint)
         prefix_key = check_prefix(prefix_key)
         options = FollowOptions(
             poll_interval_seconds=poll_interval_seconds,
@@ -181,13 +189,18 @@ class LiveTurns:
             max_follow_seconds=max_follow_seconds,
             headers=headers,
         )
-        self.__attrs_init__(endpoint, store, prefix_key, resume, options)
+        self.__attrs_init__(source, store, prefix_key, resume, options)
+
+    @property
+    def endpoint(self) -> str:
+        """Where the turns' tasks are read: the cursor read's endpoint, or the JSON-RPC URL."""
+        return self.source.url
 
     def following(self, turn_id: str) -> AbstractAsyncContextManager[LiveTurn]:
         """The block of the next turn; yields a :class:`LiveTurn`."""
         self._ledger.check_opening(turn_id)
         block = open_turn(
-            self.endpoint,
+            self.source,
             self.store,
             TurnKeys(self.prefix_key, turn_id),
             options=self._options,

@@ -49,6 +49,9 @@ EVERYDAY_NAMES = {
     "connect_agent",
     "follow_a2a_task",
     "run_a2a_turn",
+    # how a task is followed: cursor reads, its stream, or polls
+    "TaskSource",
+    "Via",
     # stores
     "ObjectStore",
     "FilesystemStore",

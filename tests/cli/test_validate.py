@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import follower._cli._fault_table
+from follower import TaskSource, Via
 from follower._cli._fault_drill import (
     AGENTS,
     BACKENDS,
@@ -174,7 +175,8 @@ def opening(block: type[_TurnBlock]) -> Any:
         endpoint: str, store: Any, prefix_key: str, turn_id: str, **options: Any
     ) -> _TurnBlock:
         keys = TurnKeys(prefix_key, turn_id)
-        return block(endpoint, store, keys, options=FollowOptions(**options), ledger=StepLedger())
+        source = TaskSource(Via.CURSOR, endpoint)
+        return block(source, store, keys, options=FollowOptions(**options), ledger=StepLedger())
 
     return open_turn
 
