@@ -1,22 +1,29 @@
 """The reference agent: an ASGI app that a test can make misbehave, and its statistics.
 
-It serves an A2A agent card, A2A JSON-RPC 2.0 and the trajectory extension's
-cursor read (docs/protocol.md). This module routes requests and keeps the
-agent's state: its tasks, its fault and its counts. The rules of each part sit
-in the modules below it: ``_tasks``, ``_jsonrpc``, ``_cursor_read``,
-``_fault_pages``, ``_asgi`` and ``_transport``.
+It serves an A2A agent card, A2A JSON-RPC 2.0 (0.3, and 1.0's names with the
+``A2A-Version: 1.0`` header), its tasks streamed as server-sent events, and the
+trajectory extension's cursor read (docs/protocol.md). This module routes
+requests and keeps the agent's state: its tasks, its fault and its counts. The
+rules of each part sit in the modules below it: ``_tasks``, ``_jsonrpc``,
+``_v1``, ``_streams``, ``_cursor_read``, ``_fault_pages``, ``_asgi`` and
+``_transport``.
 
 Tasks have no background task behind them: each answer computes the task's
 progress from the clock (see ``_script``), so the state and the number of events
 come from one reading of the clock, and the log is always sealed before the
-terminal state shows. Connection-level faults (``close``, ``gone``) are played by
-whatever carries the requests: :meth:`ReferenceAgent.transport` in-process, and
-the TCP front of :func:`~follower.testing.serve_agent` on a loopback socket.
+terminal state shows. A stream has no task either: whatever carries it iterates
+its frames, which wait for the clock (or a change of the agent) between them.
+Connection-level faults (``close``, ``gone``) are played by whatever carries the
+requests: :meth:`ReferenceAgent.transport` in-process, and the TCP front of
+:func:`~follower.testing.serve_agent` on a loopback socket; they cut open streams
+too, as does ``restart``.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
+from contextlib import aclosing
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, final
 
@@ -48,6 +55,7 @@ from ._jsonrpc import (
     INVALID_PARAMS,
     TASK_NOT_CANCELABLE,
     TASK_NOT_FOUND,
+    UNSUPPORTED_OPERATION,
     RpcError,
     answer_rpc,
     check_message,
@@ -55,15 +63,26 @@ from ._jsonrpc import (
     task_id_param,
 )
 from ._script import TaskScript
+from ._streams import EVENT_STREAM, StreamCut, TaskStream, Version
 from ._tasks import ScriptedTask
 from ._transport import InProcessTransport
+from ._v1 import VERSION_NOT_SUPPORTED, message_from_v1, task_v1
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator, Callable
+
     from ._asgi import Message, Receive, Scope, Send
     from ._faults import Fault
+    from ._jsonrpc import Handler, StreamAnswer
 
 CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
 RPC_PATH = "/"
+VERSION_HEADER = "a2a-version"
+# The methods whose answer is a stream, in 1.0 and in 0.3.
+STREAM_METHODS = frozenset(
+    {"SubscribeToTask", "SendStreamingMessage", "tasks/resubscribe", "message/stream"}
+)
+_STREAM_HEADERS = [(b"content-type", EVENT_STREAM), (b"cache-control", b"no-cache")]
 
 
 @final
@@ -80,7 +99,9 @@ class AgentStatistics:
     dropped_connections: int
     """Requests answered by closing the connection (``close`` and ``gone``)."""
     canceled_tasks: int
-    """Tasks canceled by ``tasks/cancel``."""
+    """Tasks canceled by ``tasks/cancel`` (or ``CancelTask``)."""
+    streams: int = 0
+    """Event streams opened (``SubscribeToTask``, ``tasks/resubscribe``, and the streamed sends)."""
 
 
 @final
@@ -119,13 +140,17 @@ class _FaultState:
 class ReferenceAgent:
     """A scripted A2A agent serving the live trajectory extension; an ASGI app.
 
-    Every ``message/send`` starts a task that runs :attr:`script` (read when the
-    message arrives, so it can change between tasks) and answers at once with the
-    task, whatever ``configuration.blocking`` says; a message naming a running
-    task's ``taskId`` joins its history. :attr:`fault` makes the agent misbehave
-    until it is set back to ``None``. Use it in-process with :meth:`client` (or
-    :meth:`transport`), or on a loopback socket with
-    :func:`~follower.testing.serve_agent`.
+    Every ``message/send`` (1.0: ``SendMessage``) starts a task that runs
+    :attr:`script` (read when the message arrives, so it can change between tasks)
+    and answers at once with the task, whatever ``configuration.blocking`` (1.0:
+    ``returnImmediately``) says; a message naming a running task's ``taskId``
+    joins its history. Tasks stream as server-sent events: ``SubscribeToTask``
+    and ``SendStreamingMessage`` in 1.0's shapes (with the ``A2A-Version: 1.0``
+    header), ``tasks/resubscribe`` and ``message/stream`` in 0.3's: a ``task``
+    snapshot, a status update per event, the terminal status, then the stream
+    ends. :attr:`fault` makes the agent misbehave until it is set back to
+    ``None``. Use it in-process with :meth:`client` (or :meth:`transport`, which
+    streams too), or on a loopback socket with :func:`~follower.testing.serve_agent`.
     """
 
     script: TaskScript = attrs.field(factory=TaskScript)
@@ -147,6 +172,8 @@ class ReferenceAgent:
     _rpc_calls: int = attrs.field(default=0, init=False)
     _dropped: int = attrs.field(default=0, init=False)
     _canceled: int = attrs.field(default=0, init=False)
+    _streams: int = attrs.field(default=0, init=False)
+    _changed: anyio.Event | None = attrs.field(default=None, init=False)
     _read_seen: anyio.Event | None = attrs.field(default=None, init=False)
     _arrivals: list[_Arrival] = attrs.field(factory=list, init=False)
     _arrival_seen: anyio.Event | None = attrs.field(default=None, init=False)
@@ -164,6 +191,7 @@ class ReferenceAgent:
         self._fault_state = _FaultState()
         if fault is not None and fault.kind is FaultKind.RESTART:
             self._tasks.clear()
+        self._note_change()
 
     def statistics(self) -> AgentStatistics:
         """What the agent has seen so far."""
@@ -173,6 +201,7 @@ class ReferenceAgent:
             rpc_calls=self._rpc_calls,
             dropped_connections=self._dropped,
             canceled_tasks=self._canceled,
+            streams=self._streams,
         )
 
     async def wait_reads(self, count: int) -> None:
@@ -214,16 +243,20 @@ class ReferenceAgent:
         return arrival
 
     def card(self, base_url: str) -> dict[str, Any]:
-        """The agent card, as served at ``base_url``."""
+        """The agent card, as served at ``base_url``: A2A 0.3's fields and 1.0's."""
+        url = self.card_url or base_url
         return {
             "name": self.name,
             "description": "A scripted agent that serves the live trajectory extension, for tests.",
-            "url": self.card_url or base_url,
+            "url": url,
             "version": "1.0.0",
             "protocolVersion": "0.3.0",
             "preferredTransport": "JSONRPC",
+            "supportedInterfaces": [
+                {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+            ],
             "capabilities": {
-                "streaming": False,
+                "streaming": True,
                 "pushNotifications": False,
                 "stateTransitionHistory": False,
                 "extensions": [TRAJECTORY_EXTENSION],
@@ -244,7 +277,7 @@ class ReferenceAgent:
 
     def transport(self) -> httpx.AsyncBaseTransport:
         """An in-process transport to this agent that plays connection-level faults."""
-        return InProcessTransport(self, self.drops_connection)
+        return InProcessTransport(self, self.drops_connection, self._in_process_stream)
 
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
         """An ``httpx.AsyncClient`` on :meth:`transport`, based at ``http://agent.test/``."""
@@ -298,6 +331,7 @@ class ReferenceAgent:
             return
         path: str = scope["path"]
         method: str = scope["method"]
+        version = _version(scope)
         body = await read_body(receive)
         arrival = self._note_arrival(path)
         if arrival is not None:
@@ -324,7 +358,11 @@ class ReferenceAgent:
             if method != "POST":
                 await respond(send, 405, b"method not allowed", TEXT, allow=b"POST")
                 return
-            await respond(send, 200, dumps(self._rpc(body)), JSON)
+            answer = self._rpc(body, version)
+            if isinstance(answer, TaskStream):
+                await self._send_stream(answer, receive, send)
+                return
+            await respond(send, 200, dumps(answer), JSON)
         else:
             await respond(send, 404, b"not found", TEXT)
 
@@ -383,20 +421,76 @@ class ReferenceAgent:
 
     # --- A2A JSON-RPC -------------------------------------------------------------
 
-    def _rpc(self, body: bytes | None) -> dict[str, Any]:
-        handlers = {
+    def _rpc(self, body: bytes | None, version: str | None) -> dict[str, Any] | StreamAnswer:
+        handlers: dict[str, Handler] = {
             "message/send": self._send_message,
             "tasks/get": self._get_task,
             "tasks/cancel": self._cancel_task,
+            "tasks/resubscribe": lambda params: self._subscribe(params, "0.3"),
+            "message/stream": lambda params: self._send_streaming(params, "0.3"),
         }
+        v1: dict[str, Handler] = {
+            "SendMessage": self._send_message_v1,
+            "GetTask": self._get_task_v1,
+            "CancelTask": self._cancel_task_v1,
+            "SubscribeToTask": lambda params: self._subscribe(params, "1.0"),
+            "SendStreamingMessage": lambda params: self._send_streaming(params, "1.0"),
+        }
+        for name, handler in v1.items():
+            # As a2a-sdk 1.x: without the header, a call is taken as 0.3's, which
+            # has no method of that name.
+            handlers[name] = handler if version == "1.0" else _version_not_supported
         return answer_rpc(body, handlers)
 
     def _send_message(self, params: dict[str, Any]) -> dict[str, Any]:
+        now, task = self._start_task(params)
+        return task.to_json(now, history_length_param(params.get("configuration") or {}))
+
+    def _send_message_v1(self, params: dict[str, Any]) -> dict[str, Any]:
+        params = {**params, "message": message_from_v1(params.get("message"))}
+        now, task = self._start_task(params)
+        history_length = history_length_param(params.get("configuration") or {})
+        return {"task": task_v1(task, now, history_length=history_length)}
+
+    def _get_task_v1(self, params: dict[str, Any]) -> dict[str, Any]:
+        task = self._known_task(task_id_param(params))
+        return task_v1(task, anyio.current_time(), history_length=history_length_param(params))
+
+    def _cancel_task_v1(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._cancel_task(params)
+        return task_v1(self._known_task(task_id_param(params)), anyio.current_time())
+
+    def _subscribe(self, params: dict[str, Any], version: Version) -> TaskStream:
+        task = self._known_task(task_id_param(params))
+        now = anyio.current_time()
+        if task.is_terminal(now):
+            state = task.status(now)[0]
+            raise RpcError(UNSUPPORTED_OPERATION, f"Task {task.id} is in terminal state: {state}")
+        events = task.progress(now)[1]
+        snapshot = task_v1(task, now) if version == "1.0" else task.to_json(now)
+        return TaskStream(task, version, snapshot, next_event=events)
+
+    def _send_streaming(self, params: dict[str, Any], version: Version) -> TaskStream:
+        if version == "1.0":
+            params = {**params, "message": message_from_v1(params.get("message"))}
+        now, task = self._start_task(params)
+        # The task as it was created: every event comes as an update.
+        if version == "1.0":
+            snapshot = task_v1(task, now, events=0, state="submitted")
+        else:
+            snapshot = task.to_json(now)
+            snapshot["status"] = {**snapshot["status"], "state": "submitted"}
+            snapshot.pop("artifacts", None)
+            snapshot["status"].pop("message", None)
+        return TaskStream(task, version, snapshot, next_event=0)
+
+    def _start_task(self, params: dict[str, Any]) -> tuple[float, ScriptedTask]:
+        """Start the task ``params.message`` asks for (or join its running task)."""
         message = check_message(params.get("message"))
         configuration = params.get("configuration")
         if configuration is not None and not isinstance(configuration, dict):
             raise RpcError(INVALID_PARAMS, "configuration must be an object")
-        history_length = history_length_param(configuration or {})
+        history_length_param(configuration or {})
         now = anyio.current_time()
         task_id = message.get("taskId")
         if task_id is not None:
@@ -404,7 +498,7 @@ class ReferenceAgent:
             if task.is_terminal(now):
                 raise RpcError(INVALID_PARAMS, f"Task {task_id} is in terminal state")
             task.history.append({**message, "contextId": task.context_id})
-            return task.to_json(now, history_length)
+            return now, task
         task = ScriptedTask(
             id=str(uuid.uuid4()),
             context_id=message.get("contextId") or str(uuid.uuid4()),
@@ -415,7 +509,7 @@ class ReferenceAgent:
         )
         task.history.append({**message, "taskId": task.id, "contextId": task.context_id})
         self._tasks[task.id] = task
-        return task.to_json(now, history_length)
+        return now, task
 
     def _get_task(self, params: dict[str, Any]) -> dict[str, Any]:
         task = self._known_task(task_id_param(params))
@@ -429,6 +523,7 @@ class ReferenceAgent:
             raise RpcError(TASK_NOT_CANCELABLE, f"Task cannot be canceled - current state: {state}")
         task.cancel(now)
         self._canceled += 1
+        self._note_change()
         return task.to_json(now)
 
     def _known_task(self, task_id: str) -> ScriptedTask:
@@ -436,6 +531,140 @@ class ReferenceAgent:
         if task is None:
             raise RpcError(TASK_NOT_FOUND)
         return task
+
+    # --- streams ------------------------------------------------------------------
+
+    def cuts(self, task: ScriptedTask) -> bool:
+        """Whether a stream of ``task`` is dropped now: a connection fault, or a restart."""
+        return self._tasks.get(task.id) is not task or self._drops()
+
+    def silent(self) -> bool:
+        """Whether the agent sends nothing now (the ``silent`` fault)."""
+        return self._fault is not None and self._fault.kind is FaultKind.SILENT
+
+    async def wait_for_change(self, deadline: float) -> None:
+        """Return at ``deadline``, when the agent changes, or when it goes away (``gone``)."""
+        fault = self._fault
+        if fault is not None and fault.kind is FaultKind.GONE and fault.after_events is not None:
+            times = (task.gone_at(fault.after_events) for task in self._tasks.values())
+            deadline = min([deadline, *(at for at in times if at is not None)])
+        if self._changed is None:
+            self._changed = anyio.Event()
+        with anyio.CancelScope(deadline=deadline):
+            await self._changed.wait()
+
+    def _note_change(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    def _open_stream(self, stream: TaskStream) -> AsyncGenerator[bytes]:
+        self._streams += 1
+        return stream.frames(self)
+
+    async def _send_stream(self, stream: TaskStream, receive: Receive, send: Send) -> None:
+        """Send ``stream`` over ASGI until it ends or the client goes away."""
+        await send({"type": "http.response.start", "status": 200, "headers": _STREAM_HEADERS})
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_cancel_when_disconnected, receive, tg.cancel_scope)
+            try:
+                async with aclosing(self._open_stream(stream)) as frames:
+                    async for frame in frames:
+                        await send({"type": "http.response.body", "body": frame, "more_body": True})
+            except StreamCut:
+                # Returning with the body unfinished: the server closes the connection
+                # (hypercorn quietly), and the client sees the stream cut short.
+                pass
+            else:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            tg.cancel_scope.cancel()
+
+    async def _in_process_stream(self, request: httpx.Request) -> httpx.Response | None:
+        """A stream's answer for :meth:`transport`, or None for a request that is no stream.
+
+        ``httpx.ASGITransport`` sends a response only once the app has finished
+        it; a stream must reach the client frame by frame, so the transport
+        takes streams here, where its response body iterates the frames.
+        """
+        if request.method != "POST" or request.url.path != RPC_PATH:
+            return None
+        body = await request.aread()
+        if not _is_stream_request(body):
+            return None
+        arrival = self._note_arrival(RPC_PATH)
+        self._rpc_calls += 1
+        if self._fault is not None and self._fault.kind is FaultKind.SILENT:
+            await anyio.sleep_forever()
+        answer = self._rpc(body, request.headers.get(VERSION_HEADER))
+        if arrival is not None:
+            arrival.status = 200
+        if not isinstance(answer, TaskStream):
+            headers = {"content-type": JSON.decode()}
+            return httpx.Response(200, headers=headers, content=dumps(answer), request=request)
+        stream = _InProcessFrames(lambda: self._open_stream(answer), self._note_drop)
+        headers = {name.decode(): value.decode() for name, value in _STREAM_HEADERS}
+        return httpx.Response(200, headers=headers, stream=stream, request=request)
+
+    def _note_drop(self) -> None:
+        self._note_arrival(None)
+
+
+class _InProcessFrames(httpx.AsyncByteStream):
+    """A stream's frames as an httpx response body; a cut fails it as a closed socket does.
+
+    An iterator, not an async generator, so that closing the response closes the frames
+    at once, in the reader's task.
+    """
+
+    def __init__(
+        self, open_frames: Callable[[], AsyncGenerator[bytes]], note_drop: Callable[[], None]
+    ) -> None:
+        self._open_frames = open_frames
+        self._note_drop = note_drop
+        self._frames: AsyncGenerator[bytes] | None = None
+
+    def __aiter__(self) -> _InProcessFrames:
+        if self._frames is None:
+            self._frames = self._open_frames()
+        return self
+
+    async def __anext__(self) -> bytes:
+        assert self._frames is not None
+        try:
+            return await anext(self._frames)
+        except StreamCut:
+            self._note_drop()
+            raise httpx.RemoteProtocolError(
+                "peer closed connection without sending complete message body"
+            ) from None
+
+    async def aclose(self) -> None:
+        if self._frames is not None:
+            await self._frames.aclose()
+
+
+async def _cancel_when_disconnected(receive: Receive, scope: anyio.CancelScope) -> None:
+    await until_disconnected(receive)
+    scope.cancel()
+
+
+def _version(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == VERSION_HEADER.encode():
+            return str(value.decode("latin-1")).strip()
+    return None
+
+
+def _is_stream_request(body: bytes) -> bool:
+    try:
+        request = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(request, dict) and request.get("method") in STREAM_METHODS
+
+
+def _version_not_supported(params: dict[str, Any]) -> dict[str, Any]:
+    raise RpcError(VERSION_NOT_SUPPORTED)
 
 
 def _noting_status(send: Send, arrival: _Arrival) -> Send:

@@ -3,20 +3,30 @@
 :func:`answer_rpc` turns a request body into the response object, calling one
 handler per supported method; everything that can be wrong with a request
 becomes an :class:`RpcError` with a2a-sdk 0.3's codes and messages, so a
-client sees what it would see from a real agent.
+client sees what it would see from a real agent. A handler that streams its
+answer returns a :class:`StreamAnswer` instead of a result, which
+:func:`answer_rpc` hands back with the request's id.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._json import is_int
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    Handler = Callable[[dict[str, Any]], dict[str, Any]]
+
+class StreamAnswer(Protocol):
+    """A handler's answer sent as a stream of results; it carries the request's id."""
+
+    request_id: str | int | None
+
+
+if TYPE_CHECKING:
+    Handler = Callable[[dict[str, Any]], dict[str, Any] | StreamAnswer]
 
 # JSON-RPC 2.0 and A2A error codes (a2a-sdk 0.3's messages).
 PARSE_ERROR = (-32700, "Invalid JSON payload")
@@ -29,8 +39,6 @@ PUSH_NOT_SUPPORTED = (-32003, "Push Notification is not supported")
 UNSUPPORTED_OPERATION = (-32004, "This operation is not supported")
 # A2A methods the agent knows but does not offer: answered as a2a-sdk does.
 _UNSUPPORTED_METHODS = {
-    "message/stream": UNSUPPORTED_OPERATION,
-    "tasks/resubscribe": UNSUPPORTED_OPERATION,
     "agent/getAuthenticatedExtendedCard": UNSUPPORTED_OPERATION,
     "tasks/pushNotificationConfig/set": PUSH_NOT_SUPPORTED,
     "tasks/pushNotificationConfig/get": PUSH_NOT_SUPPORTED,
@@ -48,8 +56,13 @@ class RpcError(Exception):
         self.code, self.message = error[0], message or error[1]
 
 
-def answer_rpc(body: bytes | None, handlers: Mapping[str, Handler]) -> dict[str, Any]:
-    """The JSON-RPC response to ``body``: its handler's result, or the error raised."""
+def answer_rpc(
+    body: bytes | None, handlers: Mapping[str, Handler]
+) -> dict[str, Any] | StreamAnswer:
+    """The JSON-RPC response to ``body``: its handler's result, or the error raised.
+
+    A handler's :class:`StreamAnswer` comes back as it is, given the request's id.
+    """
     request_id: str | int | None = None
     try:
         request = _decode(body)
@@ -62,6 +75,9 @@ def answer_rpc(body: bytes | None, handlers: Mapping[str, Handler]) -> dict[str,
             answer["id"] = request_id
         answer["jsonrpc"] = "2.0"
         return answer
+    if not isinstance(result, dict):
+        result.request_id = request_id
+        return result
     return {"id": request_id, "jsonrpc": "2.0", "result": result}
 
 
@@ -90,7 +106,7 @@ def check_message(message: Any) -> dict[str, Any]:
 
 
 def task_id_param(params: dict[str, Any]) -> str:
-    """``params.id`` of ``tasks/get`` and ``tasks/cancel``."""
+    """``params.id`` of ``tasks/get``, ``tasks/cancel`` and the streams (and their 1.0 names)."""
     task_id = params.get("id")
     if not isinstance(task_id, str):
         raise RpcError(INVALID_PARAMS, "params.id must be a string")
@@ -135,7 +151,7 @@ def _check_request(request: Any) -> tuple[str, Any]:
 
 def _call(
     handlers: Mapping[str, Handler], method: str, params: Any, request: dict[str, Any]
-) -> dict[str, Any]:
+) -> dict[str, Any] | StreamAnswer:
     if method in _UNSUPPORTED_METHODS:
         raise RpcError(_UNSUPPORTED_METHODS[method])
     handler = handlers.get(method)

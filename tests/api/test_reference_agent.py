@@ -204,7 +204,10 @@ async def test_card_offers_the_cursor_read() -> None:
     assert card == legacy
     assert card["url"] == BASE
     assert card["protocolVersion"] == "0.3.0"
-    assert card["capabilities"]["streaming"] is False
+    assert card["capabilities"]["streaming"] is True
+    assert card["supportedInterfaces"] == [
+        {"url": BASE, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+    ]
     assert card["defaultInputModes"]
     assert card["defaultOutputModes"]
     assert card["skills"]
@@ -279,9 +282,14 @@ async def test_completed_task_carries_an_artifact() -> None:
             id="cancel-not-found",
         ),
         pytest.param(
-            {"jsonrpc": "2.0", "id": 1, "method": "message/stream", "params": {}},
+            {"jsonrpc": "2.0", "id": 1, "method": "agent/getAuthenticatedExtendedCard"},
             -32004,
-            id="no-streaming",
+            id="unsupported",
+        ),
+        pytest.param(
+            {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "nope"}},
+            -32009,
+            id="v1-without-the-version-header",
         ),
     ],
 )
