@@ -304,12 +304,12 @@ class _StreamFollower:
         )
         if not pool_busy:
             self.failing.retrying(delay)
+        # Setting stop ends the wait at once: the next subscription is the drain's (and if
+        # it fails, the sentinel above ends following).
         with anyio.move_on_after(delay):
             await self.stop.wait()
         # After a wait wakes, a pending cancel goes first (the 3.11 lesson).
         await anyio.lowlevel.checkpoint_if_cancelled()
-        if self.stop.is_set() and not pool_busy:
-            raise FollowingEnded(f"task {self.task_id}: the stream was lost, and the step stopped")
 
 
 def _now() -> str:

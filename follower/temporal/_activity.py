@@ -108,9 +108,9 @@ async def run_a2a_step(params: A2AStepParams) -> A2AStepResult:
 
     async def step(attempt: StepAttempt) -> A2AStepResult:
         known_tasks = attempt.previous_task_ids()
-        async with connect_agent(params.agent_url) as agent:
-            endpoint = agent.trajectory_endpoint
-            if endpoint is None:
+        async with connect_agent(params.agent_url, via=params.via) as agent:
+            source = agent.task_source
+            if source is None:  # cursor reads were asked for, and the card offers none
                 raise ApplicationError(
                     f"the agent at {params.agent_url} offers no live trajectory",
                     type="NoLiveTrajectory",
@@ -119,7 +119,7 @@ async def run_a2a_step(params: A2AStepParams) -> A2AStepResult:
             options = {"poll_interval_seconds": params.poll_interval_seconds}
             results: list[TurnResult] = []
             context_id: str | None = None
-            async with attempt.live_turns(endpoint, store, params.prefix_key, **options) as turns:
+            async with attempt.live_turns(source, store, params.prefix_key, **options) as turns:
                 for turn in params.turns:
                     result, context_id = await _run_turn(
                         attempt,

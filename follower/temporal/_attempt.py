@@ -29,6 +29,7 @@ from ._run import StepRun, claim_turn
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
+    from .._format._a2a import TaskSource
     from .._stores import ObjectStore
     from .._turns._block import LiveTurn
     from .._turns._chain import TurnProgress
@@ -98,7 +99,7 @@ class StepAttempt(metaclass=NoPublicConstructor):
 
     @asynccontextmanager
     async def live_turns(
-        self, endpoint: str, store: ObjectStore, prefix_key: str, **options: Any
+        self, endpoint: str | TaskSource, store: ObjectStore, prefix_key: str, **options: Any
     ) -> AsyncIterator[LiveTurns]:
         """The step's :class:`~follower.LiveTurns`, entered; heartbeats report their progress.
 

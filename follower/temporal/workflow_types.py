@@ -94,6 +94,9 @@ class A2AStepParams:
     task_deadline_seconds: float = 600.0
     heartbeat_interval_seconds: float | None = None
     """None: a third of the activity's heartbeat timeout (or 10 s without one)."""
+    via: str | None = None
+    """How the turns' tasks are followed: ``"cursor"``, ``"stream"``, ``"poll"``, or None for
+    the best way the agent's card offers (:func:`follower.connect_agent`)."""
 
 
 @final

@@ -37,7 +37,7 @@ CLEANUP_BOUNDS_SECONDS = 45.0
 
 
 class CancelHoldingAgent(ReferenceAgent):
-    """The reference agent, but a ``tasks/cancel`` waits for ``release`` before it is answered."""
+    """The reference agent, but a cancel (``CancelTask``) waits for ``release`` to be answered."""
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -54,7 +54,7 @@ class CancelHoldingAgent(ReferenceAgent):
             body += message.get("body", b"")
             if not message.get("more_body", False):
                 break
-        if b'"tasks/cancel"' in body:
+        if b'"tasks/cancel"' in body or b'"CancelTask"' in body:  # A2A 0.3 or 1.0
             self.cancel_asked.set()
             await self.release.wait()
         replayed = False
