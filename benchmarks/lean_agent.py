@@ -13,7 +13,11 @@ docs/protocol.md says, for any task id:
 - 400 for a bad body or ``after`` past the end, 404 for other paths, 405 for
   other methods; ``Connection: close`` is honoured.
 
-No A2A routes: the followers are given the read's endpoint. Two routes of its own
+One A2A route, for the stream benchmark (benchmarks/streams.py): ``POST /a2a`` with
+``SubscribeToTask {"id"}`` (A2A 1.0) answers a chunked ``text/event-stream``: the task's
+snapshot, then event ``k`` as a ``statusUpdate`` (its message's data part holds the index)
+at the moment it becomes visible, on the same timeline as the cursor read; the stream
+never ends by itself. The followers are given the read's endpoint or this URL. Two routes of its own
 tell the benchmark what it saw: ``GET /bench/stats`` (reads answered, tasks) and
 ``GET /bench/starts`` (each task's first read, as a wall-clock time, for lag).
 
@@ -35,6 +39,8 @@ import time
 from _measure import raise_open_files_limit
 
 ENDPOINT = "/ext/trajectory"
+STREAM_ENDPOINT = "/a2a"
+WORKING = "TASK_STATE_WORKING"
 MAX_EVENTS_PER_PAGE = 1000
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 64 * 1024
@@ -55,6 +61,8 @@ class Timeline:
         self.reads = 0
         self.empty_reads = 0
         self.refused = 0
+        self.streams = 0
+        self.frames = 0
 
     def event(self, index: int) -> bytes:
         while len(self._encoded) <= index:
@@ -110,6 +118,9 @@ class Connection(asyncio.Protocol):
         self._timeline = timeline
         self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
+        # A stream's task, its start and its next event's index; the timer of that event.
+        self._stream: tuple[str, float, int] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -152,10 +163,14 @@ class Connection(asyncio.Protocol):
             else:
                 keep_alive = connection == "keep-alive"
             status, payload, content_type = self._route(method, target, body)
+            if status == 0:
+                return  # a stream: it holds the connection from now on
             self._answer(status, payload, keep_alive=keep_alive, content_type=content_type)
 
     def _route(self, method: str, target: str, body: bytes) -> tuple[int, bytes, str]:
         path = target.split("?", 1)[0]
+        if path == STREAM_ENDPOINT and method == "POST":
+            return self._subscribe(body)
         if path == ENDPOINT:
             if method != "POST":
                 return 405, b"the trajectory read is a POST", "text/plain"
@@ -167,6 +182,8 @@ class Connection(asyncio.Protocol):
                 "empty_reads": self._timeline.empty_reads,
                 "refused": self._timeline.refused,
                 "tasks": len(self._timeline.starts),
+                "streams": self._timeline.streams,
+                "frames": self._timeline.frames,
             }
             return 200, json.dumps(stats).encode(), "application/json"
         if path == "/bench/starts" and method == "GET":
@@ -191,8 +208,59 @@ class Connection(asyncio.Protocol):
         if not keep_alive:
             self._transport.close()
 
+    def _subscribe(self, body: bytes) -> tuple[int, bytes, str]:
+        """Start a task's stream on this connection; answered by its frames, never by a body."""
+        try:
+            task_id = json.loads(body)["params"]["id"]
+        except (ValueError, KeyError, TypeError):
+            return 400, b"SubscribeToTask with params.id", "text/plain"
+        assert self._transport is not None
+        self._transport.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        timeline = self._timeline
+        start = timeline.starts.setdefault(task_id, time.time())
+        timeline.streams += 1
+        snapshot = {"task": {"id": task_id, "contextId": "bench", "status": {"state": WORKING}}}
+        self._frame(snapshot)
+        loop = asyncio.get_running_loop()
+        self._stream = (task_id, start, 0)
+        self._next_frame(loop)
+        return 0, b"", ""
+
+    def _next_frame(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._stream is None or self._transport is None or self._transport.is_closing():
+            return
+        task_id, start, index = self._stream
+        due = start + index * self._timeline.interval
+        delay = due - time.time()
+        if delay > 0:
+            self._timer = loop.call_later(delay, self._next_frame, loop)
+            return
+        message = {
+            "messageId": f"m{index}",
+            "role": "ROLE_AGENT",
+            "parts": [{"data": {"index": index}}],
+        }
+        status = {"state": WORKING, "message": message}
+        self._frame({"statusUpdate": {"taskId": task_id, "contextId": "bench", "status": status}})
+        self._timeline.frames += 1
+        self._stream = (task_id, start, index + 1)
+        self._next_frame(loop)
+
+    def _frame(self, result: dict[str, object]) -> None:
+        assert self._transport is not None
+        data = (
+            b"data: " + json.dumps({"jsonrpc": "2.0", "id": 1, "result": result}).encode() + b"\n\n"
+        )
+        self._transport.write(b"%x\r\n%s\r\n" % (len(data), data))
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        self._stream = None
+        if self._timer is not None:
+            self._timer.cancel()
 
 
 async def serve(args: argparse.Namespace) -> None:

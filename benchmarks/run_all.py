@@ -23,7 +23,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # The benchmarks after scale.py, each run with --json (and --quick in a smoke run).
-OTHERS = ("read_path", "throughput", "teardown")
+OTHERS = ("read_path", "throughput", "teardown", "streams")
 # Those that run the old follower beside ours, given its venv's python as scale.py is.
 OLD_SIDE = ("throughput", "teardown")
 

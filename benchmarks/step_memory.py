@@ -64,13 +64,16 @@ def held(snapshot: tracemalloc.Snapshot, base: tracemalloc.Snapshot) -> tuple[in
 
 
 async def measure(turns: int) -> tuple[float, float]:
-    async with httpx.AsyncClient(transport=httpx.MockTransport(agent)) as client, LiveTurns(
-        "http://agent.test/ext/trajectory",
-        NullStore(),
-        "p/",
-        poll_interval_seconds=0.01,
-        client=client,
-    ) as step:
+    async with (
+        httpx.AsyncClient(transport=httpx.MockTransport(agent)) as client,
+        LiveTurns(
+            "http://agent.test/ext/trajectory",
+            NullStore(),
+            "p/",
+            poll_interval_seconds=0.01,
+            client=client,
+        ) as step,
+    ):
         tracemalloc.start(1)
         gc.collect()
         base = tracemalloc.take_snapshot()

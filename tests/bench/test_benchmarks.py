@@ -214,3 +214,18 @@ def test_idle_poll_lists_only_what_is_new_with_start_after(tmp_path: Path) -> No
         assert row["start_after_keys"] == 1
     # And with the folder's version, nothing at all where the store offers one.
     assert [row["version_keys"] for row in rows] == [1, 0]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_streams_quick_measures_both_ways_on_each_backend(tmp_path: Path, backend: str) -> None:
+    out = tmp_path / "streams.json"
+    run("streams.py", "--quick", "--backend", backend, "--json", str(out))
+    report = json.loads(out.read_text())
+    assert [row["via"] for row in report["latency"]] == ["stream", "cursor"]
+    assert all(row["events"] > 0 for row in report["latency"])
+    assert [(row["via"], row["followers"]) for row in report["idle"]] == [
+        ("stream", 100),
+        ("cursor", 100),
+    ]
+    (busy,) = report["events"]
+    assert busy["events"] > 0
