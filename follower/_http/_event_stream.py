@@ -14,7 +14,7 @@ that is no event stream (a JSON-RPC error, a proxy's page) is read whole, capped
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, cast, final
 
 import anyio
 import attrs
@@ -29,7 +29,6 @@ from .._errors import (
     PoolBusyError,
     add_context,
 )
-from ._body import ResponseBody
 from ._exchange import (
     POOL_WAIT_SECONDS,
     ErrorBody,
@@ -74,26 +73,27 @@ class StreamAnswer:
         try:
             raw = self._raw
             if raw is None:
-                body = self._response.extensions.get("follower.body")
-                # The library's transport hands out its body, with no generator between.
-                raw = body if isinstance(body, ResponseBody) else self._response.aiter_raw()
-                self._raw = raw
+                # The body's own iterator, not httpx's aiter_raw: that is a generator over
+                # another, and one left unexhausted is the garbage collector's (trio warns).
+                # The library's transport's body is a plain iterator.
+                stream = cast("httpx.AsyncByteStream", self._response.stream)
+                raw = self._raw = stream.__aiter__()
             return await raw.__anext__()
         except StopAsyncIteration:
             return b""
         except httpx.TransportError as exc:
             if self._client.is_closed:
-                raise ClientClosedError(
-                    f"{self._what}: the client was closed", url=self._url
-                ) from exc
+                closed = f"{self._what}: the client was closed"
+                raise ClientClosedError(closed, url=self._url) from exc
             raise AgentUnavailableError(
                 f"{self._what} was cut: {type(exc).__name__}: {exc}", url=self._url
             ) from exc
 
     async def aclose(self) -> None:
         raw, self._raw = self._raw, None
-        if raw is not None and not isinstance(raw, ResponseBody):
-            await raw.aclose()  # type: ignore[attr-defined]  # httpx's generator
+        close = getattr(raw, "aclose", None)
+        if close is not None:
+            await close()
         await self._response.aclose()
 
 
