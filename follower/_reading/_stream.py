@@ -107,7 +107,7 @@ class _StreamFollower:
         if self.progress.cursor > 0:
             # A turn resumed from an earlier attempt: what the agent sent between the two
             # attempts was streamed to nobody.
-            self.gap_reason = "resumed"
+            self._lost("resumed")
         while True:
             try:
                 await self._subscribe(client)

@@ -340,3 +340,44 @@ async def test_polls_store_each_change_and_the_task_as_it_ended(sdk_agent: SdkAg
     assert agent_texts(final) == ["update 0", "update 1", "update 2", "update 3", "end completed"]
     mark = await end_mark(store)
     assert (mark.state, mark.next, mark.complete) == ("completed", len(events), True)
+
+
+async def test_a_retried_step_resumes_its_streamed_turn_after_a_gap(
+    sdk_agent: SdkAgent, sdk_proxy: CuttingProxy
+) -> None:
+    """The first attempt hands off; the next resumes the turn: a gap, then the rest, complete."""
+    store = MemoryStore()
+    source = stream_source(sdk_proxy)
+    with anyio.fail_after(TEST_SECONDS):
+        async with connect_agent(sdk_agent.url) as agent:
+            task_id = await start(agent, gate=True, updates=4, interval=0.01)
+            first = LiveTurns(
+                source,
+                store,
+                PREFIX,
+                poll_interval_seconds=POLL_SECONDS,
+                resume=True,
+                drain_seconds=0,
+            )
+            async with first as turns, turns.following("t1") as turn:
+                turn.follow(task_id)
+                await until(lambda: events_stored(turn)() >= 1, "the snapshot is stored")
+                turns.hand_off()  # a worker shutting down: the turn is the next attempt's
+            await open_gate(sdk_agent, task_id)
+            async with (
+                LiveTurns(
+                    source, store, PREFIX, poll_interval_seconds=POLL_SECONDS, resume=True
+                ) as turns,
+                turns.following("t1") as turn,
+            ):
+                turn.follow(task_id)
+                await wait_and_end(agent, turn, task_id)
+    events = await stored_events(store)
+    assert next(iter(events[0])) == "task"  # the first attempt's
+    assert events[1]["gap"]["reason"] == "resumed"
+    assert events[1]["gap"]["after"] == 1
+    assert "task" in events[-1], events
+    final = events[-1]["task"]
+    assert agent_texts(final) == scripted(4, 0, "completed")
+    mark = await end_mark(store)
+    assert (mark.state, mark.next, mark.complete) == ("completed", len(events), True)
