@@ -105,13 +105,13 @@ class SSEDecoder:
             self._partial.clear()
             if data.startswith(_BOM):
                 data = data[len(_BOM) :]
+        events: list[ServerSentEvent] = []
+        if not data:  # before the CR is forgotten: an empty feed may come between CR and LF
+            return events
         if self._skip_lf:
             self._skip_lf = False
             if data[:1] == b"\n":
                 data = data[1:]
-        events: list[ServerSentEvent] = []
-        if not data:
-            return events
         cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
         if cut < 0:  # no line ends here: the line goes on
             self._partial += data
