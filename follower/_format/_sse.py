@@ -6,9 +6,10 @@ whole events come out, and nothing here reads a socket or knows the clock.
 It is never more lenient than the standard: lines end with CR LF, LF or CR; a
 leading byte-order mark is dropped once; a line starting with ``:`` is a
 comment; ``data`` lines join with LF; ``id`` holding NUL and ``retry`` that is
-not all ASCII digits are ignored; an event with no data is not dispatched; an
-event cut off by the end of the stream is discarded. Text is UTF-8, with
-invalid bytes replaced (the standard's decode).
+not all ASCII digits are ignored (and a ``retry`` of over 18 digits: a
+reconnection time the standard leaves unbounded); an event with no data is not
+dispatched; an event cut off by the end of the stream is discarded. Text is
+UTF-8, with invalid bytes replaced (the standard's decode).
 
 It is stricter in one way the standard leaves to implementations: memory. A
 line longer than ``max_line_bytes``, or an event whose data grows past
@@ -31,6 +32,8 @@ import attrs
 
 _BOM = b"\xef\xbb\xbf"
 _LINE_ENDS = (b"\n", b"\r")
+# A reconnection time of more digits than this (over 31 million years) is ignored.
+_MAX_RETRY_DIGITS = 18
 
 
 class SSEError(ValueError):
@@ -165,7 +168,9 @@ class SSEDecoder:
             if b"\x00" not in value:
                 self._last_id = value.decode("utf-8", "replace")
         elif name == b"retry":
-            if value and value.isdigit():  # bytes.isdigit: ASCII digits only
+            # bytes.isdigit: ASCII digits only. A longer value is ignored, not read: int()
+            # refuses over 4,300 digits (a ValueError out of feed), or is slow where allowed.
+            if value and value.isdigit() and len(value) <= _MAX_RETRY_DIGITS:
                 self._retry = int(value)
         else:
             self._idle(len(line))
