@@ -158,7 +158,8 @@ class SSEDecoder:
             if value[:1] == b" ":
                 value = value[1:]
         if name == b"data":
-            self._data_bytes += len(value) + 1
+            # The event's data as dispatched: each line, and the LF between two.
+            self._data_bytes += len(value) + (1 if self._data else 0)
             if self._data_bytes > self._max_data_bytes:
                 raise SSEError(f"an event's data is over the {self._max_data_bytes}-byte bound")
             self._data.append(value.decode("utf-8", "replace"))
