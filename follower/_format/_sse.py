@@ -14,8 +14,8 @@ UTF-8, with invalid bytes replaced (the standard's decode).
 It is stricter in one way the standard leaves to implementations: memory. A
 line longer than ``max_line_bytes``, or an event whose data grows past
 ``max_data_bytes``, raises :class:`SSEError` instead of growing a buffer with
-no end, and the bytes between two events (comments, keep-alives, unknown
-fields) are bounded by ``max_idle_bytes``.
+no end, and the bytes between two events (comments, keep-alives, fields
+other than ``data``) are bounded by ``max_idle_bytes``.
 
 Why not ``httpx-sse``: it has none of these bounds (a server that never ends a
 line grows its buffer until the process dies), and it parses through httpx's
@@ -58,7 +58,8 @@ class SSEDecoder:
 
     ``max_line_bytes``: the longest line; ``max_data_bytes``: the most data one
     event may gather; ``max_idle_bytes``: the most bytes taken between two
-    dispatched events by lines that add no data (comments, keep-alives).
+    dispatched events by lines that add no data (comments, keep-alives, ``event``,
+    ``id``, ``retry`` and unknown fields, blank lines of no event).
     """
 
     __slots__ = (
@@ -163,26 +164,24 @@ class SSEDecoder:
             if self._data_bytes > self._max_data_bytes:
                 raise SSEError(f"an event's data is over the {self._max_data_bytes}-byte bound")
             self._data.append(value.decode("utf-8", "replace"))
-        elif name == b"event":
+            return None
+        # Any other field adds no data: "event: ping" sent forever must end as comments do.
+        self._idle(len(line))
+        if name == b"event":
             self._event = value.decode("utf-8", "replace")
         elif name == b"id":
             if b"\x00" not in value:
                 self._last_id = value.decode("utf-8", "replace")
-        elif name == b"retry":
-            # bytes.isdigit: ASCII digits only. A longer value is ignored, not read: int()
-            # refuses over 4,300 digits (a ValueError out of feed), or is slow where allowed.
-            if value and value.isdigit() and len(value) <= _MAX_RETRY_DIGITS:
-                self._retry = int(value)
-        else:
-            self._idle(len(line))
+        elif name == b"retry" and value.isdigit() and len(value) <= _MAX_RETRY_DIGITS:
+            # bytes.isdigit: ASCII digits only, and not b"". A longer value is ignored, not
+            # read: int() refuses over 4,300 digits (a ValueError out of feed), or is slow.
+            self._retry = int(value)
         return None
 
     def _idle(self, size: int) -> None:
         self._idle_bytes += size + 1
         if self._idle_bytes > self._max_idle_bytes:
-            raise SSEError(
-                f"over {self._max_idle_bytes} bytes of comments or unknown fields with no event"
-            )
+            raise SSEError(f"over {self._max_idle_bytes} bytes of comments or fields with no event")
 
     def _dispatch(self) -> ServerSentEvent | None:
         data, event, retry = self._data, self._event, self._retry
