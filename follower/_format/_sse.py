@@ -129,7 +129,7 @@ class SSEDecoder:
             whole = data[: cut + 1]
         self._partial += data[cut + 1 :]
         self._check_partial()
-        if whole.endswith(b"\r"):
+        if data.endswith(b"\r"):
             self._skip_lf = True  # a CR LF split between two feeds is one line end
         for line in whole.splitlines():  # bytes split on CR LF, LF and CR alone
             if len(line) > self._max_line_bytes:
