@@ -114,7 +114,12 @@ def stream_item(data: str, *, task_id: str, url: str, max_event_bytes: int) -> S
             **context,
         ) from None
     if not isinstance(answer, dict):
-        raise _malformed(task_id, url, "is not a JSON-RPC response object")
+        raise MalformedPageError(
+            f"a stream event of task {task_id!r} at {url} is a JSON {type(answer).__name__}, "
+            "not a JSON-RPC response object",
+            reason=MalformedPageReason.NOT_AN_OBJECT,
+            **context,
+        )
     error = answer.get("error")
     if error is not None:
         raise rpc_error(error, f"the stream of task {task_id!r} at {url}", task_id, url)
