@@ -1,7 +1,7 @@
 """``make bench``: every benchmark in turn, each writing JSON into ``benchmarks/results/``.
 
-Runs ``scale.py``, then ``read_path.py``, ``throughput.py`` and ``teardown.py``
-where they exist (each is named as missing where it does not), each printing its
+Runs ``scale.py``, then ``read_path.py``, ``throughput.py``, ``teardown.py`` and
+``sse_parse.py`` where they exist (each is named as missing where it does not), each printing its
 own tables, then ``summary.py``: every target and whether it was met. Figures,
 never assertions: a benchmark that fails makes the exit code non-zero, a target
 missed does not. ``BENCH_QUICK=1`` (or ``--quick``) is a smoke run of each;
@@ -23,7 +23,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # The benchmarks after scale.py, each run with --json (and --quick in a smoke run).
-OTHERS = ("read_path", "throughput", "teardown", "streams")
+OTHERS = ("read_path", "throughput", "teardown", "streams", "sse_parse")
 # Those that run the old follower beside ours, given its venv's python as scale.py is.
 OLD_SIDE = ("throughput", "teardown")
 

@@ -6,15 +6,16 @@ whole events come out, and nothing here reads a socket or knows the clock.
 It is never more lenient than the standard: lines end with CR LF, LF or CR; a
 leading byte-order mark is dropped once; a line starting with ``:`` is a
 comment; ``data`` lines join with LF; ``id`` holding NUL and ``retry`` that is
-not all ASCII digits are ignored; an event with no data is not dispatched; an
-event cut off by the end of the stream is discarded. Text is UTF-8, with
-invalid bytes replaced (the standard's decode).
+not all ASCII digits are ignored (and a ``retry`` of over 18 digits: a
+reconnection time the standard leaves unbounded); an event with no data is not
+dispatched; an event cut off by the end of the stream is discarded. Text is
+UTF-8, with invalid bytes replaced (the standard's decode).
 
 It is stricter in one way the standard leaves to implementations: memory. A
 line longer than ``max_line_bytes``, or an event whose data grows past
 ``max_data_bytes``, raises :class:`SSEError` instead of growing a buffer with
-no end, and the bytes between two events (comments, keep-alives, unknown
-fields) are bounded by ``max_idle_bytes``.
+no end, and the bytes between two events (comments, keep-alives, fields
+other than ``data``) are bounded by ``max_idle_bytes``.
 
 Why not ``httpx-sse``: it has none of these bounds (a server that never ends a
 line grows its buffer until the process dies), and it parses through httpx's
@@ -31,6 +32,8 @@ import attrs
 
 _BOM = b"\xef\xbb\xbf"
 _LINE_ENDS = (b"\n", b"\r")
+# A reconnection time of more digits than this (over 31 million years) is ignored.
+_MAX_RETRY_DIGITS = 18
 
 
 class SSEError(ValueError):
@@ -55,7 +58,8 @@ class SSEDecoder:
 
     ``max_line_bytes``: the longest line; ``max_data_bytes``: the most data one
     event may gather; ``max_idle_bytes``: the most bytes taken between two
-    dispatched events by lines that add no data (comments, keep-alives).
+    dispatched events by lines that add no data (comments, keep-alives, ``event``,
+    ``id``, ``retry`` and unknown fields, blank lines of no event).
     """
 
     __slots__ = (
@@ -105,13 +109,13 @@ class SSEDecoder:
             self._partial.clear()
             if data.startswith(_BOM):
                 data = data[len(_BOM) :]
+        events: list[ServerSentEvent] = []
+        if not data:  # before the CR is forgotten: an empty feed may come between CR and LF
+            return events
         if self._skip_lf:
             self._skip_lf = False
             if data[:1] == b"\n":
                 data = data[1:]
-        events: list[ServerSentEvent] = []
-        if not data:
-            return events
         cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
         if cut < 0:  # no line ends here: the line goes on
             self._partial += data
@@ -125,7 +129,7 @@ class SSEDecoder:
             whole = data[: cut + 1]
         self._partial += data[cut + 1 :]
         self._check_partial()
-        if whole.endswith(b"\r"):
+        if data.endswith(b"\r"):
             self._skip_lf = True  # a CR LF split between two feeds is one line end
         for line in whole.splitlines():  # bytes split on CR LF, LF and CR alone
             if len(line) > self._max_line_bytes:
@@ -155,28 +159,29 @@ class SSEDecoder:
             if value[:1] == b" ":
                 value = value[1:]
         if name == b"data":
-            self._data_bytes += len(value) + 1
+            # The event's data as dispatched: each line, and the LF between two.
+            self._data_bytes += len(value) + (1 if self._data else 0)
             if self._data_bytes > self._max_data_bytes:
                 raise SSEError(f"an event's data is over the {self._max_data_bytes}-byte bound")
             self._data.append(value.decode("utf-8", "replace"))
-        elif name == b"event":
+            return None
+        # Any other field adds no data: "event: ping" sent forever must end as comments do.
+        self._idle(len(line))
+        if name == b"event":
             self._event = value.decode("utf-8", "replace")
         elif name == b"id":
             if b"\x00" not in value:
                 self._last_id = value.decode("utf-8", "replace")
-        elif name == b"retry":
-            if value and value.isdigit():  # bytes.isdigit: ASCII digits only
-                self._retry = int(value)
-        else:
-            self._idle(len(line))
+        elif name == b"retry" and value.isdigit() and len(value) <= _MAX_RETRY_DIGITS:
+            # bytes.isdigit: ASCII digits only, and not b"". A longer value is ignored, not
+            # read: int() refuses over 4,300 digits (a ValueError out of feed), or is slow.
+            self._retry = int(value)
         return None
 
     def _idle(self, size: int) -> None:
         self._idle_bytes += size + 1
         if self._idle_bytes > self._max_idle_bytes:
-            raise SSEError(
-                f"over {self._max_idle_bytes} bytes of comments or unknown fields with no event"
-            )
+            raise SSEError(f"over {self._max_idle_bytes} bytes of comments or fields with no event")
 
     def _dispatch(self) -> ServerSentEvent | None:
         data, event, retry = self._data, self._event, self._retry

@@ -107,14 +107,26 @@ def stream_item(data: str, *, task_id: str, url: str, max_event_bytes: int) -> S
             reason=MalformedPageReason.BAD_NUMBER,
             **context,
         ) from None
-    except ValueError:
+    except ValueError as exc:
+        if "integer string conversion" in str(exc):  # over sys.get_int_max_str_digits()
+            raise MalformedPageError(
+                f"a stream event of task {task_id!r} holds an integer of more digits than "
+                "Python converts exactly",
+                reason=MalformedPageReason.BAD_NUMBER,
+                **context,
+            ) from None
         raise MalformedPageError(
             f"a stream event of task {task_id!r} is not JSON",
             reason=MalformedPageReason.NOT_AN_OBJECT,
             **context,
         ) from None
     if not isinstance(answer, dict):
-        raise _malformed(task_id, url, "is not a JSON-RPC response object")
+        raise MalformedPageError(
+            f"a stream event of task {task_id!r} at {url} is a JSON {type(answer).__name__}, "
+            "not a JSON-RPC response object",
+            reason=MalformedPageReason.NOT_AN_OBJECT,
+            **context,
+        )
     error = answer.get("error")
     if error is not None:
         raise rpc_error(error, f"the stream of task {task_id!r} at {url}", task_id, url)
