@@ -28,7 +28,6 @@ from .._errors import (
     AgentUnavailableError,
     FollowerError,
     FollowingEnded,
-    InvalidArgumentError,
     MalformedPageError,
     MalformedPageReason,
     PoolBusyError,
@@ -45,15 +44,15 @@ from .._format._stream import (
 from .._format._wire import TrajectoryBatch
 from .._http._jsonrpc import call_jsonrpc
 from .._retries import FailureStreak, backoff_fraction
-from ._follow import FollowOutcome, FollowProgress, Sink
 from ._policy import AFTER_STOP_PAUSE_SECONDS
-from ._shell import run_follower
+from ._shell import follow_by, wait_or_stop
 
 if TYPE_CHECKING:
     import httpx
 
     from .._format._a2a import TaskSource
     from .._options import FollowOptions
+    from ._follow import FollowOutcome, FollowProgress, Sink
 
 logger = logging.getLogger("follower.polls")
 
@@ -189,10 +188,7 @@ class _Poller:
             # The step has stopped: poll on briefly until the task ends or the drain does.
             await anyio.sleep(min(seconds, AFTER_STOP_PAUSE_SECONDS))
             return
-        with anyio.move_on_after(seconds):
-            await self.stop.wait()
-        # After a wait wakes, a pending cancel goes first (the 3.11 lesson).
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await wait_or_stop(self.stop, seconds)
 
 
 def _artifacts(task: dict[str, Any]) -> list[Any]:
@@ -222,27 +218,15 @@ async def follow_polls(
     ``options.max_follow_seconds``. Raises the typed errors of a read, or
     whatever ``sink`` raises.
     """
-    if not isinstance(task_id, str) or not task_id:
-        raise InvalidArgumentError(f"task_id must be a non-empty string, not {task_id!r}")
-    if progress is None:
-        progress = FollowProgress()
-    progress.cursor = after
-    poller = _Poller(
-        source=source,
-        task_id=task_id,
-        sink=sink,
-        options=options,
+    return await follow_by(
+        _Poller,
+        source,
+        task_id,
+        sink,
         stop=stop,
-        progress=progress,
-        turn_id=turn_id,
-    )
-    return await run_follower(
-        poller.run,
-        url=source.url,
-        task_id=task_id,
-        turn_id=turn_id,
         options=options,
+        after=after,
         progress=progress,
-        failing=poller.failing,
+        turn_id=turn_id,
         logger=logger,
     )

@@ -10,11 +10,12 @@ follower's record (``running``, ``stopped_at``) and its failure log's summary.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
+import anyio.lowlevel
 
-from .._errors import FollowingEnded, add_context
+from .._errors import FollowingEnded, InvalidArgumentError, add_context
 from .._http._clients import leased_client
 from .._retries import failure_reason
 
@@ -24,9 +25,82 @@ if TYPE_CHECKING:
 
     import httpx
 
+    from .._format._a2a import TaskSource
     from .._options import FollowOptions
     from .._retries import FailureStreak
-    from ._follow import FollowOutcome, FollowProgress
+    from ._follow import FollowOutcome, FollowProgress, Sink
+
+
+class FollowerLoop(Protocol):
+    """A way's loop (a stream's, the polls'): made for one task, run with a client."""
+
+    failing: FailureStreak
+
+    async def run(self, client: httpx.AsyncClient) -> None: ...
+
+
+class MakeLoop(Protocol):
+    def __call__(
+        self,
+        *,
+        source: TaskSource,
+        task_id: str,
+        sink: Sink,
+        options: FollowOptions,
+        stop: anyio.Event,
+        progress: FollowProgress,
+        turn_id: str | None,
+    ) -> FollowerLoop: ...
+
+
+async def follow_by(
+    make: MakeLoop,
+    source: TaskSource,
+    task_id: str,
+    sink: Sink,
+    *,
+    stop: anyio.Event,
+    options: FollowOptions,
+    after: int,
+    progress: FollowProgress | None,
+    turn_id: str | None,
+    logger: logging.Logger,
+) -> FollowOutcome:
+    """Follow ``task_id`` with the loop ``make`` builds, from ``after`` events stored."""
+    from ._follow import FollowProgress  # the read loop's record; it imports this module
+
+    if not isinstance(task_id, str) or not task_id:
+        raise InvalidArgumentError(f"task_id must be a non-empty string, not {task_id!r}")
+    if progress is None:
+        progress = FollowProgress()
+    progress.cursor = after
+    loop = make(
+        source=source,
+        task_id=task_id,
+        sink=sink,
+        options=options,
+        stop=stop,
+        progress=progress,
+        turn_id=turn_id,
+    )
+    return await run_follower(
+        loop.run,
+        url=source.url,
+        task_id=task_id,
+        turn_id=turn_id,
+        options=options,
+        progress=progress,
+        failing=loop.failing,
+        logger=logger,
+    )
+
+
+async def wait_or_stop(stop: anyio.Event, seconds: float) -> None:
+    """Wait ``seconds``, or until ``stop`` is set; a cancel pending then goes first."""
+    with anyio.move_on_after(seconds):
+        await stop.wait()
+    # After a wait wakes, a pending cancel goes first (the 3.11 lesson).
+    await anyio.lowlevel.checkpoint_if_cancelled()
 
 
 async def run_follower(

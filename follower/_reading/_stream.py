@@ -35,7 +35,6 @@ from .._errors import (
     AgentUnavailableError,
     FollowerError,
     FollowingEnded,
-    InvalidArgumentError,
     MalformedPageError,
     MalformedPageReason,
     PoolBusyError,
@@ -55,13 +54,13 @@ from .._format._wire import MAX_PAGE_EVENTS, TrajectoryBatch
 from .._http._event_stream import event_stream
 from .._http._jsonrpc import MAX_RPC_BYTES, call_jsonrpc, call_name, rpc_result
 from .._retries import FailureStreak, backoff_fraction, failure_reason
-from ._follow import FollowOutcome, FollowProgress, Sink
-from ._shell import run_follower
+from ._shell import follow_by, wait_or_stop
 
 if TYPE_CHECKING:
     import httpx
 
     from .._options import FollowOptions
+    from ._follow import FollowOutcome, FollowProgress, Sink
 
 logger = logging.getLogger("follower.stream")
 
@@ -306,10 +305,7 @@ class _StreamFollower:
             self.failing.retrying(delay)
         # Setting stop ends the wait at once: the next subscription is the drain's (and if
         # it fails, the sentinel above ends following).
-        with anyio.move_on_after(delay):
-            await self.stop.wait()
-        # After a wait wakes, a pending cancel goes first (the 3.11 lesson).
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await wait_or_stop(self.stop, delay)
 
 
 def _now() -> str:
@@ -336,27 +332,15 @@ async def follow_stream(
     (:class:`~follower.MalformedPageError`, :class:`~follower.AgentRefusedError`,
     :class:`~follower.A2AProtocolError`...) or whatever ``sink`` raises.
     """
-    if not isinstance(task_id, str) or not task_id:
-        raise InvalidArgumentError(f"task_id must be a non-empty string, not {task_id!r}")
-    if progress is None:
-        progress = FollowProgress()
-    progress.cursor = after
-    follower = _StreamFollower(
-        source=source,
-        task_id=task_id,
-        sink=sink,
-        options=options,
+    return await follow_by(
+        _StreamFollower,
+        source,
+        task_id,
+        sink,
         stop=stop,
-        progress=progress,
-        turn_id=turn_id,
-    )
-    return await run_follower(
-        follower.run,
-        url=source.url,
-        task_id=task_id,
-        turn_id=turn_id,
         options=options,
+        after=after,
         progress=progress,
-        failing=follower.failing,
+        turn_id=turn_id,
         logger=logger,
     )
