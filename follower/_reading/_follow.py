@@ -17,7 +17,6 @@ a header or a body (docs/security.md).
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, final
 
@@ -34,7 +33,7 @@ from .._errors import (
     TaskNotFoundError,
     add_context,
 )
-from .._http._clients import leased_client
+from .._http._clients import ClientLease
 from .._http._exchange import checked_endpoint, read_page
 from .._options import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -212,24 +211,27 @@ async def follow_task(
     try:
         # The follower's own lane: with no client given, a slot of the loop's pool
         # that no other follower reads through at the same time.
-        async with leased_client(options.client, headers=options.headers, url=endpoint) as leased:
-            with anyio.move_on_after(math.inf if bound is None else bound) as bounded:
-                try:
+        async with ClientLease(options.client, options.headers, endpoint) as leased:
+            try:
+                if bound is None:  # no scope kept for a bound that is not there
                     await follower.run(leased, after)
-                except FollowingEnded as ended:
-                    ending = "a read failed after stop"
-                    logger.info(
-                        "stopped following task %s: the read after stop failed (%s)",
-                        task_id,
-                        failure_reason(ended.__cause__ or ended),
-                        extra=follower.extra,
-                    )
-            if bounded.cancelled_caught:
-                ending = f"it ran for max_follow_seconds={bound}"
-                logger.warning(
-                    "stopped following task %s: it ran for max_follow_seconds=%s",
+                else:
+                    with anyio.move_on_after(bound) as bounded:
+                        await follower.run(leased, after)
+                    if bounded.cancelled_caught:
+                        ending = f"it ran for max_follow_seconds={bound}"
+                        logger.warning(
+                            "stopped following task %s: it ran for max_follow_seconds=%s",
+                            task_id,
+                            bound,
+                            extra=follower.extra,
+                        )
+            except FollowingEnded as ended:
+                ending = "a read failed after stop"
+                logger.info(
+                    "stopped following task %s: the read after stop failed (%s)",
                     task_id,
-                    bound,
+                    failure_reason(ended.__cause__ or ended),
                     extra=follower.extra,
                 )
     except Exception as exc:
@@ -243,13 +245,23 @@ async def follow_task(
     finally:
         progress.running = False
         progress.stopped_at = anyio.current_time()
-        follower.failing.close(ending)
+        follower.left(ending)
     return progress.outcome()
+
+
+def _draw() -> float:
+    # Looked up at each call, not bound once: tests pin this module's backoff_fraction.
+    return backoff_fraction()
 
 
 @attrs.define(eq=False, kw_only=True)
 class _Follower:
-    """The read loop's I/O: reads, tells the read policy what came back, does as it says."""
+    """The read loop's I/O: reads, tells the read policy what came back, does as it says.
+
+    Kept for as long as its follower runs, with thousands in a process: slotted,
+    with no closure, and what only a failure or a log line needs (the run of
+    failures, the records' ``extra``) made when first needed.
+    """
 
     endpoint: str
     task_id: str
@@ -258,24 +270,53 @@ class _Follower:
     stop: anyio.Event
     progress: FollowProgress
     turn_id: str | None = None
-    extra: dict[str, object] = attrs.field(init=False)
-    failing: FailureStreak = attrs.field(init=False)
     policy: ReadPolicy = attrs.field(init=False)
+    _failing: FailureStreak | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
-        self.extra = {"task_id": self.task_id, "turn_id": self.turn_id}
-        what = f"reads of task {self.task_id} at {self.endpoint}"
-        self.failing = FailureStreak(logger, what, noun="read", extra=self.extra)
-        # The draw looked up at each call: tests pin this module's backoff_fraction.
-        self.policy = ReadPolicy(self.poll, draw=lambda: backoff_fraction())
+        self.policy = ReadPolicy(self.poll, draw=_draw)
 
     @property
     def poll(self) -> float:
         return self.options.poll_interval_seconds
 
+    @property
+    def extra(self) -> dict[str, object]:
+        """The log records' ``extra`` fields: made for a record, not kept."""
+        return {"task_id": self.task_id, "turn_id": self.turn_id}
+
+    @property
+    def failing(self) -> FailureStreak:
+        """The run of failed reads, made at the first failure."""
+        if self._failing is None:
+            what = f"reads of task {self.task_id} at {self.endpoint}"
+            self._failing = FailureStreak(logger, what, noun="read", extra=self.extra)
+        return self._failing
+
+    def left(self, ending: str) -> None:
+        """The follower ends: its run of failures gets its summary."""
+        if self._failing is not None:
+            self._failing.close(ending)
+
     async def run(self, client: httpx.AsyncClient, after: int) -> None:
         cursor = after
+        # None: read at once; 0: after a checkpoint; else wait, until stop if told so.
+        wait: float | None = None
+        until_stop = True
         while True:
+            # The waits are here, in the loop's own frame, and nothing of the last read
+            # is kept across them: a waiting follower holds its task, this coroutine, and
+            # the wait's own scope and timer (tests/reading/test_follower_objects.py).
+            if wait:
+                if until_stop:
+                    with anyio.move_on_after(wait):
+                        await self.stop.wait()
+                    # After a wait wakes, a pending cancel goes first (the 3.11 lesson).
+                    await anyio.lowlevel.checkpoint_if_cancelled()
+                else:
+                    await anyio.sleep(wait)
+            elif wait is not None:
+                await anyio.lowlevel.checkpoint()
             read = await self._read(client, cursor)
             action = self._told(read)
             if isinstance(action, HandOver):
@@ -287,7 +328,8 @@ class _Follower:
             if isinstance(action, End):
                 self._end(action.ending, read)
                 return
-            await self._carry_out(action, read)
+            wait, until_stop = self._next_wait(action, read)
+            del read, action
 
     def _told(self, read: Page | FollowerError) -> Action:
         """Count the read, log what it did to the run of failures, and ask the policy."""
@@ -298,7 +340,8 @@ class _Follower:
                 self.failing.failed(read)
         else:
             outcome = PageRead(len(read.events), read.last, read.has_more, read.body_bytes)
-            self.failing.recovered()
+            if self._failing is not None:
+                self._failing.recovered()
             if not self.policy.read_a_page and self.policy.not_found:
                 logger.debug(
                     "task %s is known after %d reads answered 404",
@@ -322,10 +365,10 @@ class _Follower:
                 raise FollowingEnded(f"task {self.task_id}: read failed after stop") from read
             raise read
 
-    async def _carry_out(self, action: Action, read: Page | FollowerError) -> None:
+    def _next_wait(self, action: Action, read: Page | FollowerError) -> tuple[float, bool]:
+        """Log what the wait is for; its seconds (0: a checkpoint), and whether stop ends it."""
         if isinstance(action, ReadNow):
-            await anyio.lowlevel.checkpoint()
-            return
+            return 0.0, False
         assert isinstance(action, Wait)
         if isinstance(read, PoolBusyError):
             logger.debug("%s; reading task %s again", read, self.task_id, extra=self.extra)
@@ -333,10 +376,7 @@ class _Follower:
             logger.debug("task %s is not known yet; reading again", self.task_id)
         elif isinstance(read, FollowerError):
             self.failing.retrying(action.seconds)
-        if action.until_stop:
-            await self._wait_or_stop(action.seconds)
-        else:
-            await anyio.sleep(action.seconds)
+        return action.seconds, action.until_stop
 
     def _log_unknown(self) -> None:
         first_read_at = self.policy.first_read_at
@@ -401,9 +441,3 @@ class _Follower:
         self.progress.cursor = page.next
         self.progress.events += len(page.events)
         self.progress.complete = page.last
-
-    async def _wait_or_stop(self, seconds: float) -> None:
-        with anyio.move_on_after(seconds):
-            await self.stop.wait()
-        # After a wait wakes, a pending cancel goes first (the 3.11 lesson).
-        await anyio.lowlevel.checkpoint_if_cancelled()
