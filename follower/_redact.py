@@ -24,7 +24,7 @@ import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
@@ -125,14 +125,28 @@ def _pieces(value: str) -> Iterator[str]:
 @contextmanager
 def hiding(secrets: Secrets) -> Iterator[None]:
     """Within the block (and the tasks and threads it starts), messages hide ``secrets`` too."""
-    worth = frozenset(s for s in secrets if len(s) >= MIN_SECRET_CHARS)
-    if not worth:
-        yield
-        return
-    token = _hidden.set(_hidden.get() | worth)
+    token = hide(secrets)
     try:
         yield
     finally:
+        unhide(token)
+
+
+def hide(secrets: Secrets) -> Token[Secrets] | None:
+    """:func:`hiding` without a block: from now on in this context, until :func:`unhide`.
+
+    For holders of a long-lived lease, which keep the token (one object) rather
+    than a suspended generator. None when none of ``secrets`` is worth hiding.
+    """
+    worth = [s for s in secrets if len(s) >= MIN_SECRET_CHARS]
+    if not worth:
+        return None
+    return _hidden.set(_hidden.get().union(worth))
+
+
+def unhide(token: Token[Secrets] | None) -> None:
+    """Stop hiding what :func:`hide` hid, in the same context."""
+    if token is not None:
         _hidden.reset(token)
 
 

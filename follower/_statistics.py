@@ -51,6 +51,12 @@ class LiveTurnStatistics:
     until it is first caught up."""
     complete: bool
     """Whether the last page (terminal state, nothing more) was read and stored."""
+    poll_lag_seconds: float | None = None
+    """How much later than scheduled the follower's latest scheduled read began
+    (after its poll interval, a backoff, or its first read's slot): the event
+    loop's lag as this follower saw it. Near 0 while the process keeps up; about
+    as long as the interval, or longer, when it runs more followers than it can
+    serve (a warning then says so, once). None before the follower waited for a read."""
 
 
 @final
@@ -77,11 +83,14 @@ class LiveTurnsStatistics:
     """The largest lag of the turns (the one furthest behind), or None if none has one."""
     complete: bool
     """Whether at least one turn followed a task and every such turn is complete."""
+    poll_lag_seconds: float | None = None
+    """The largest poll lag of the turns, or None if none has one."""
 
     @classmethod
     def of_turns(cls, turns: Sequence[LiveTurnStatistics]) -> LiveTurnsStatistics:
         """The step's value: each turn's, summed."""
         lags = [t.lag_seconds for t in turns if t.lag_seconds is not None]
+        poll_lags = [t.poll_lag_seconds for t in turns if t.poll_lag_seconds is not None]
         followed = [t for t in turns if t.task_id is not None]
         return cls(
             turns=tuple(turns),
@@ -94,4 +103,5 @@ class LiveTurnsStatistics:
             followers_alive=sum(t.followers_alive for t in turns),
             lag_seconds=max(lags) if lags else None,
             complete=bool(followed) and all(t.complete for t in followed),
+            poll_lag_seconds=max(poll_lags) if poll_lags else None,
         )

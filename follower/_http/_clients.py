@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, final
 from urllib.request import getproxies
 
 import anyio
@@ -18,15 +18,17 @@ import anyio.to_thread
 import attrs
 import httpx
 
-from .._redact import hiding, secrets_of
+from .._redact import hide, hiding, secrets_of, unhide
 from ._agent_client import AgentClient
 from ._transport import AgentTransport
 
 if TYPE_CHECKING:
     import ssl
     from collections.abc import AsyncIterator
+    from contextvars import Token
 
     from .._options import RequestHeaders
+    from .._redact import Secrets
 
 # On the library's transport a request takes a connection of its own (from a stack
 # of idle ones per origin, or a new one), so no follower waits on another, and a
@@ -101,17 +103,22 @@ class ClientPool:
     @asynccontextmanager
     async def lease(self) -> AsyncIterator[httpx.AsyncClient]:
         """A client for one follower, for the duration of the block."""
-        shard = await self._acquire()
+        shard = await self.acquire()
         try:
             yield shard.client
         finally:
-            shard.leases -= 1
-            if shard.leases == 0:
-                self._shards.remove(shard)
-                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                    await shard.client.aclose()
+            await self.release(shard)
 
-    async def _acquire(self) -> _Shard:
+    async def release(self, shard: _Shard) -> None:
+        """Give back a shard :meth:`acquire` leased; its client is closed with its last lease."""
+        shard.leases -= 1
+        if shard.leases == 0:
+            self._shards.remove(shard)
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await shard.client.aclose()
+
+    async def acquire(self) -> _Shard:
+        """A shard with room for one more follower (give it back with :meth:`release`)."""
         shard = self._free_shard()
         if shard is None:
             async with self._creating:
@@ -164,6 +171,43 @@ def client_pool() -> ClientPool:
         pool = ClientPool()
         _run_pool.set(pool)
         return pool
+
+
+@final
+@attrs.define(eq=False)
+class ClientLease:
+    """:func:`leased_client` as one slotted object: what a follower holds while it runs.
+
+    The same lease (the caller's client, else one of the loop's pool; the
+    credentials hidden meanwhile), without the two suspended generators a
+    generator-based context manager keeps for as long as its block runs: a
+    process with thousands of followers keeps thousands of leases, and each
+    object kept is one more that every full pass of the cyclic collector walks.
+    Entered once.
+    """
+
+    _given: httpx.AsyncClient | None
+    _headers: RequestHeaders = ()
+    _url: str | None = None
+    _pool: ClientPool | None = attrs.field(default=None, init=False)
+    _shard: _Shard | None = attrs.field(default=None, init=False)
+    _token: Token[Secrets] | None = attrs.field(default=None, init=False)
+
+    async def __aenter__(self) -> httpx.AsyncClient:
+        client = self._given
+        if client is None:
+            self._pool = client_pool()
+            self._shard = await self._pool.acquire()
+            client = self._shard.client
+        self._token = hide(secrets_of(client=client, headers=self._headers, urls=[self._url]))
+        return client
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        token, self._token = self._token, None
+        unhide(token)
+        shard, self._shard = self._shard, None
+        if shard is not None and self._pool is not None:
+            await self._pool.release(shard)
 
 
 @asynccontextmanager

@@ -17,7 +17,6 @@ a header or a body (docs/security.md).
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, final
 
@@ -34,7 +33,7 @@ from .._errors import (
     TaskNotFoundError,
     add_context,
 )
-from .._http._clients import leased_client
+from .._http._clients import ClientLease
 from .._http._exchange import checked_endpoint, read_page
 from .._options import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -44,6 +43,7 @@ from .._options import (
     count,
 )
 from .._retries import FailureStreak, backoff_fraction, failure_reason
+from ._pacing import LoopPacing
 
 # Re-exported: tests pace their agents by it.
 from ._policy import AFTER_STOP_PAUSE_SECONDS as AFTER_STOP_PAUSE_SECONDS
@@ -113,6 +113,9 @@ class FollowProgress:
     """``anyio.current_time()`` of the last page that was not ``has_more``."""
     stopped_at: float | None = None
     """``anyio.current_time()`` when the follower stopped running."""
+    poll_lag_seconds: float | None = None
+    """How much later than scheduled the follower's latest scheduled read began: the
+    event loop's lag as this follower saw it (None before it waited for a read)."""
 
     def lag_seconds(self, now: float | None = None) -> float | None:
         """Seconds since the follower was last caught up, up to now or to when it stopped.
@@ -206,30 +209,34 @@ async def follow_task(
         progress=progress,
         turn_id=turn_id,
     )
+    follower.joined()
     progress.running, progress.stopped_at = True, None
     bound = options.max_follow_seconds
     ending = "it ended"
     try:
         # The follower's own lane: with no client given, a slot of the loop's pool
         # that no other follower reads through at the same time.
-        async with leased_client(options.client, headers=options.headers, url=endpoint) as leased:
-            with anyio.move_on_after(math.inf if bound is None else bound) as bounded:
-                try:
+        async with ClientLease(options.client, options.headers, endpoint) as leased:
+            try:
+                if bound is None:  # no scope kept for a bound that is not there
                     await follower.run(leased, after)
-                except FollowingEnded as ended:
-                    ending = "a read failed after stop"
-                    logger.info(
-                        "stopped following task %s: the read after stop failed (%s)",
-                        task_id,
-                        failure_reason(ended.__cause__ or ended),
-                        extra=follower.extra,
-                    )
-            if bounded.cancelled_caught:
-                ending = f"it ran for max_follow_seconds={bound}"
-                logger.warning(
-                    "stopped following task %s: it ran for max_follow_seconds=%s",
+                else:
+                    with anyio.move_on_after(bound) as bounded:
+                        await follower.run(leased, after)
+                    if bounded.cancelled_caught:
+                        ending = f"it ran for max_follow_seconds={bound}"
+                        logger.warning(
+                            "stopped following task %s: it ran for max_follow_seconds=%s",
+                            task_id,
+                            bound,
+                            extra=follower.extra,
+                        )
+            except FollowingEnded as ended:
+                ending = "a read failed after stop"
+                logger.info(
+                    "stopped following task %s: the read after stop failed (%s)",
                     task_id,
-                    bound,
+                    failure_reason(ended.__cause__ or ended),
                     extra=follower.extra,
                 )
     except Exception as exc:
@@ -243,13 +250,36 @@ async def follow_task(
     finally:
         progress.running = False
         progress.stopped_at = anyio.current_time()
-        follower.failing.close(ending)
+        follower.left(ending)
     return progress.outcome()
+
+
+_run_pacing: anyio.lowlevel.RunVar[LoopPacing] = anyio.lowlevel.RunVar("follower_loop_pacing")
+
+
+def loop_pacing() -> LoopPacing:
+    """The pacing of every follower of this event loop (``_pacing``)."""
+    try:
+        return _run_pacing.get()
+    except LookupError:
+        pacing = LoopPacing()
+        _run_pacing.set(pacing)
+        return pacing
+
+
+def _draw() -> float:
+    # Looked up at each call, not bound once: tests pin this module's backoff_fraction.
+    return backoff_fraction()
 
 
 @attrs.define(eq=False, kw_only=True)
 class _Follower:
-    """The read loop's I/O: reads, tells the read policy what came back, does as it says."""
+    """The read loop's I/O: reads, tells the read policy what came back, does as it says.
+
+    Kept for as long as its follower runs, with thousands in a process: slotted,
+    with no closure, and what only a failure or a log line needs (the run of
+    failures, the records' ``extra``) made when first needed.
+    """
 
     endpoint: str
     task_id: str
@@ -258,24 +288,71 @@ class _Follower:
     stop: anyio.Event
     progress: FollowProgress
     turn_id: str | None = None
-    extra: dict[str, object] = attrs.field(init=False)
-    failing: FailureStreak = attrs.field(init=False)
     policy: ReadPolicy = attrs.field(init=False)
+    pacing: LoopPacing = attrs.field(init=False, factory=loop_pacing)
+    _failing: FailureStreak | None = attrs.field(init=False, default=None)
+    _first_read_pending: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
-        self.extra = {"task_id": self.task_id, "turn_id": self.turn_id}
-        what = f"reads of task {self.task_id} at {self.endpoint}"
-        self.failing = FailureStreak(logger, what, noun="read", extra=self.extra)
-        # The draw looked up at each call: tests pin this module's backoff_fraction.
-        self.policy = ReadPolicy(self.poll, draw=lambda: backoff_fraction())
+        self.policy = ReadPolicy(self.poll, draw=_draw)
+
+    def joined(self) -> None:
+        """The follower starts: the loop counts it (:meth:`left` forgets it)."""
+        self.pacing.joined(self.poll)
 
     @property
     def poll(self) -> float:
         return self.options.poll_interval_seconds
 
+    @property
+    def extra(self) -> dict[str, object]:
+        """The log records' ``extra`` fields: made for a record, not kept."""
+        return {"task_id": self.task_id, "turn_id": self.turn_id}
+
+    @property
+    def failing(self) -> FailureStreak:
+        """The run of failed reads, made at the first failure."""
+        if self._failing is None:
+            what = f"reads of task {self.task_id} at {self.endpoint}"
+            self._failing = FailureStreak(logger, what, noun="read", extra=self.extra)
+        return self._failing
+
+    def left(self, ending: str) -> None:
+        """The follower ends: its run of failures gets its summary, the loop forgets it."""
+        if self._failing is not None:
+            self._failing.close(ending)
+        if self._first_read_pending:
+            self._first_read_pending = False
+            self.pacing.first_read_done()
+        self.pacing.left(self.poll)
+
     async def run(self, client: httpx.AsyncClient, after: int) -> None:
         cursor = after
+        # When the next read is due (None: at once, no checkpoint); whether setting
+        # stop ends the wait; whether it was scheduled (its lateness is the loop's lag).
+        due: float | None = None
+        until_stop = scheduled = True
+        now = anyio.current_time()
+        self._first_read_pending = True
+        delay = self.pacing.first_read_delay(now, self.poll)
+        if delay:  # others are starting too: this one's slot in the interval
+            due = now + delay
         while True:
+            # Nothing of the last read is kept across the wait: a waiting follower holds
+            # its task, its coroutines, and the wait's own scope and timer
+            # (tests/reading/test_follower_objects.py).
+            if due is not None:
+                now = anyio.current_time()
+                if due > now:
+                    if until_stop:
+                        await self._wait_or_stop(due - now)
+                    else:
+                        await anyio.sleep_until(due)
+                else:  # due already (a busy loop, or a read at once): the others go first
+                    await anyio.lowlevel.checkpoint()
+                if scheduled and not (until_stop and self.stop.is_set()):
+                    self._woke(due)
+            read_started = anyio.current_time()
             read = await self._read(client, cursor)
             action = self._told(read)
             if isinstance(action, HandOver):
@@ -287,7 +364,37 @@ class _Follower:
             if isinstance(action, End):
                 self._end(action.ending, read)
                 return
-            await self._carry_out(action, read)
+            due, until_stop, scheduled = self._next_read(action, read, read_started)
+            del read, action
+
+    def _woke(self, due: float) -> None:
+        """A wait for the next read ended on its deadline: how late the loop woke it."""
+        now = anyio.current_time()
+        late = max(0.0, now - due)
+        self.progress.poll_lag_seconds = late
+        over = self.pacing.woke(now, late, self.poll)
+        if over is not None:
+            logger.warning(
+                "this event loop is over capacity: its %d followers ask for about %.0f reads/s "
+                "and it began %.0f/s over the last %.0f s, their reads %.0f ms late on average "
+                "(worst %.0f ms), about %.1fx what it can serve at their poll intervals; run "
+                "fewer followers a process or poll less often (said once)",
+                over.followers,
+                over.asked_per_second,
+                over.served_per_second,
+                over.window_seconds,
+                1000 * over.mean_lateness_seconds,
+                1000 * over.worst_lateness_seconds,
+                over.factor,
+                extra={
+                    "followers": over.followers,
+                    "asked_reads_per_second": over.asked_per_second,
+                    "served_reads_per_second": over.served_per_second,
+                    "mean_lateness_seconds": over.mean_lateness_seconds,
+                    "worst_lateness_seconds": over.worst_lateness_seconds,
+                    "over_capacity_factor": over.factor,
+                },
+            )
 
     def _told(self, read: Page | FollowerError) -> Action:
         """Count the read, log what it did to the run of failures, and ask the policy."""
@@ -298,7 +405,8 @@ class _Follower:
                 self.failing.failed(read)
         else:
             outcome = PageRead(len(read.events), read.last, read.has_more, read.body_bytes)
-            self.failing.recovered()
+            if self._failing is not None:
+                self._failing.recovered()
             if not self.policy.read_a_page and self.policy.not_found:
                 logger.debug(
                     "task %s is known after %d reads answered 404",
@@ -322,10 +430,14 @@ class _Follower:
                 raise FollowingEnded(f"task {self.task_id}: read failed after stop") from read
             raise read
 
-    async def _carry_out(self, action: Action, read: Page | FollowerError) -> None:
+    def _next_read(
+        self, action: Action, read: Page | FollowerError, read_started: float
+    ) -> tuple[float, bool, bool]:
+        """Log what the wait is for: when the next read is due, whether stop ends the
+        wait, and whether the read was scheduled (False: at once, after a checkpoint)."""
+        now = anyio.current_time()
         if isinstance(action, ReadNow):
-            await anyio.lowlevel.checkpoint()
-            return
+            return now, False, False
         assert isinstance(action, Wait)
         if isinstance(read, PoolBusyError):
             logger.debug("%s; reading task %s again", read, self.task_id, extra=self.extra)
@@ -333,10 +445,7 @@ class _Follower:
             logger.debug("task %s is not known yet; reading again", self.task_id)
         elif isinstance(read, FollowerError):
             self.failing.retrying(action.seconds)
-        if action.until_stop:
-            await self._wait_or_stop(action.seconds)
-        else:
-            await anyio.sleep(action.seconds)
+        return (read_started if action.paced else now) + action.seconds, action.until_stop, True
 
     def _log_unknown(self) -> None:
         first_read_at = self.policy.first_read_at
@@ -362,6 +471,7 @@ class _Follower:
         if client.is_closed:
             return self._client_closed()
         self.policy.reading(anyio.current_time())
+        self.pacing.read()
         try:
             page = await read_page(
                 client,
@@ -379,6 +489,10 @@ class _Follower:
             return closed
         except FollowerError as exc:
             return exc
+        finally:
+            if self._first_read_pending:  # the burst it started in may end
+                self._first_read_pending = False
+                self.pacing.first_read_done()
         if not page.has_more:
             self.progress.caught_up_at = anyio.current_time()
         return page

@@ -144,10 +144,16 @@ class ReadNow:
 
 @attrs.frozen
 class Wait:
-    """Wait ``seconds`` before the next read; with ``until_stop``, setting stop ends the wait."""
+    """Wait ``seconds`` before the next read; with ``until_stop``, setting stop ends the wait.
+
+    ``paced``: counted from when the last read began, not from now. The poll
+    interval is the period of a follower's reads, so followers that share a busy
+    loop fall due in the order they were last read, and are read in turn.
+    """
 
     seconds: float
     until_stop: bool
+    paced: bool = False
 
 
 @attrs.frozen
@@ -250,7 +256,7 @@ class ReadPolicy:
         """The wait between reads of a task with nothing new to read."""
         if stopped:
             return Wait(self._short_pause, until_stop=False)
-        return Wait(self.poll_seconds, until_stop=True)
+        return Wait(self.poll_seconds, until_stop=True, paced=True)
 
     @property
     def _short_pause(self) -> float:

@@ -365,6 +365,7 @@ def turn_statistics(
         followers_alive=1 if progress.running else 0,
         lag_seconds=progress.lag_seconds(now),
         complete=record.complete(read_to_end=progress.complete),
+        poll_lag_seconds=progress.poll_lag_seconds,
     )
 
 

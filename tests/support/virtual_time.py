@@ -7,10 +7,13 @@ jumps while those are busy and times out what is merely slow.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import looptime
 import pytest
+import sniffio
+import trio.lowlevel
 import trio.testing
 
 
@@ -27,3 +30,22 @@ def virtual_time_backends() -> list[Any]:
         pytest.param(("asyncio", virtual_clock("asyncio")), id="asyncio-virtual"),
         pytest.param(("trio", virtual_clock("trio")), id="trio-virtual"),
     ]
+
+
+def spend_loop_time(seconds: float) -> None:
+    """Move the virtual clock on by ``seconds`` at once, as a loop busy that long would see.
+
+    For tests of a process over capacity: called in the middle of a task's step
+    (an agent's handler), it stands for CPU that the step spends, during which no
+    other task runs. trio's ``MockClock.jump``; looptime has no public way to do
+    it, so its integer time (in units of its resolution) is moved directly.
+    """
+    if sniffio.current_async_library() == "trio":
+        clock = trio.lowlevel.current_clock()
+        assert isinstance(clock, trio.testing.MockClock)
+        clock.jump(seconds)
+        return
+    loop = asyncio.get_running_loop()
+    assert isinstance(loop, looptime.LoopTimeEventLoop)
+    per_second = loop._LoopTimeEventLoop__resolution_reciprocal  # type: ignore[attr-defined]
+    loop._LoopTimeEventLoop__now += round(seconds * per_second)  # type: ignore[attr-defined]

@@ -1,0 +1,187 @@
+"""What a follower keeps between reads: few objects for the cyclic collector, and no cycle.
+
+With thousands of followers in a process, every object a follower keeps is one
+more that each full pass of CPython's cyclic collector walks (docs/benchmarks.md:
+at 5,000 followers those passes were the worst loop blocks, at start-up and
+after). So a follower waiting for its next read keeps a budget of tracked
+objects, counted with ``gc.get_objects()`` per follower: the slope between 50
+and 200 followers in one run, so that what the first follower sets up once (the
+client, the caches) cancels out. And a read in steady state leaves nothing that
+only the cyclic collector frees.
+
+Followers poll an in-memory agent on a virtual clock; each page carries a few
+events (dicts), so a follower that kept its last page while it waits shows it.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import json
+import ssl
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx
+import pytest
+
+from follower._http import _clients
+from follower._http._agent_client import AgentClient
+from follower.lowlevel import TrajectoryBatch, follow_trajectory
+
+from ..support.virtual_time import virtual_time_backends
+
+pytestmark = pytest.mark.anyio
+
+ENDPOINT = "http://agent.test/ext/trajectory"
+POLL = 1.0
+# Tracked objects a waiting follower keeps: its task and coroutines, its lease,
+# the wait's scope, timer and event wait, its record, policy and options. Measured
+# by this test: 42 on asyncio, 40 to 41 on trio, on either client; before the
+# follower was trimmed, 59 to 64 (the last page kept while waiting, a closure, the
+# run of failures, generator-based leases, a scope for an absent bound). The rest
+# is the backends' own (anyio's task handle, the timer's context). The budget
+# leaves room for the backends' own changes, none for a page kept again.
+OBJECTS_PER_FOLLOWER = 44
+FEW, MANY = 50, 200
+SAMPLES = 7
+
+
+@pytest.fixture(params=virtual_time_backends(), scope="module")
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    return request.param
+
+
+def agent(request: httpx.Request) -> httpx.Response:
+    """Every task: three events a read, for ever; the task stays running."""
+    asked = json.loads(request.content)
+    after = asked["after"]
+    events = [{"n": n, "text": "event"} for n in range(after, after + 3)]
+    return httpx.Response(
+        200,
+        json={
+            "context_id": "c",
+            "task_id": asked["task_id"],
+            "state": "running",
+            "format": "test/v1",
+            "events": events,
+            "next": after + len(events),
+            "has_more": False,
+        },
+    )
+
+
+async def sink(batch: TrajectoryBatch) -> None:
+    await anyio.lowlevel.checkpoint()
+
+
+@pytest.fixture(params=["given client", "default clients"])
+def client(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> httpx.AsyncClient | None:
+    """A caller's client, or None: the loop's pool, its clients on the in-memory agent."""
+    if request.param == "given client":
+        return httpx.AsyncClient(transport=httpx.MockTransport(agent))
+
+    def in_memory_client(self: _clients.ClientPool, context: ssl.SSLContext) -> httpx.AsyncClient:
+        return AgentClient(httpx.MockTransport(agent), follow_redirects=False)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_clients.ClientPool, "_new_client", in_memory_client)
+    # No SSL context loaded in a worker thread: the virtual clock would jump meanwhile.
+    monkeypatch.setattr(_clients, "_ssl_context", ssl.create_default_context())
+    return None
+
+
+def tracked() -> int:
+    gc.collect()
+    return len(gc.get_objects())
+
+
+async def fewest_tracked() -> int:
+    """The fewest tracked objects seen at a few moments between reads.
+
+    trio keeps a cancelled deadline in its heap (and, through it, its scope)
+    until the heap is next compacted, so the count varies a little from one
+    moment to the next; the fewest is what the followers themselves keep.
+    """
+    counts = []
+    for _ in range(SAMPLES):
+        await anyio.sleep(POLL * 1.01)  # virtual: the waits' timers are due
+        counts.append(tracked())
+    return min(counts)
+
+
+@pytest.fixture
+async def followers(client: httpx.AsyncClient | None) -> AsyncIterator[anyio.abc.TaskGroup]:
+    """A task group to start followers in, cancelled at the end."""
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(anyio.sleep_forever)  # keeps the group's own objects steady
+        yield tg
+        stop.set()
+        tg.cancel_scope.cancel()
+    if client is not None:
+        await client.aclose()
+
+
+def start(tg: anyio.abc.TaskGroup, client: httpx.AsyncClient | None, first: int, last: int) -> None:
+    stop = anyio.Event()
+    for n in range(first, last):
+        follow = functools.partial(
+            follow_trajectory,
+            ENDPOINT,
+            f"task-{n}",
+            sink,
+            poll_interval_seconds=POLL,
+            stop=stop,
+            client=client,
+        )
+        tg.start_soon(follow, name=f"follower {n}")
+
+
+async def test_a_waiting_follower_keeps_few_tracked_objects(
+    followers: anyio.abc.TaskGroup, client: httpx.AsyncClient | None
+) -> None:
+    with anyio.fail_after(600):
+        start(followers, client, 0, FEW)
+        await anyio.sleep(2 * POLL)  # virtual: each has read and waits (it reads every POLL)
+        few = await fewest_tracked()
+        start(followers, client, FEW, MANY)
+        await anyio.sleep(2 * POLL)
+        many = await fewest_tracked()
+    per_follower = (many - few) / (MANY - FEW)
+    assert per_follower <= OBJECTS_PER_FOLLOWER, (
+        f"a waiting follower keeps {per_follower:.1f} tracked objects "
+        f"(budget {OBJECTS_PER_FOLLOWER})"
+    )
+
+
+@contextmanager
+def saving_garbage() -> Iterator[list[object]]:
+    """What the cyclic collector would free, kept instead (it does not run meanwhile)."""
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        yield gc.garbage
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+
+
+async def test_reads_in_steady_state_leave_no_cycle(
+    followers: anyio.abc.TaskGroup, client: httpx.AsyncClient | None
+) -> None:
+    with anyio.fail_after(600):
+        start(followers, client, 0, 20)
+        await anyio.sleep(2.5 * POLL)  # past the first reads and the start-up
+        with saving_garbage() as garbage:
+            await anyio.sleep(10 * POLL)  # 200 reads, each handing a page to the sink
+            gc.collect()
+            left = Counter(type(o).__name__ for o in garbage)
+    assert not left, f"steady-state reads left objects only the cyclic collector frees: {left}"
