@@ -17,8 +17,7 @@ a header or a body (docs/security.md).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
@@ -31,9 +30,7 @@ from .._errors import (
     InvalidArgumentError,
     PoolBusyError,
     TaskNotFoundError,
-    add_context,
 )
-from .._http._clients import ClientLease
 from .._http._exchange import checked_endpoint, read_page
 from .._options import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -42,7 +39,7 @@ from .._options import (
     FollowOptions,
     count,
 )
-from .._retries import FailureStreak, backoff_fraction, failure_reason
+from .._retries import FailureStreak, backoff_fraction
 from ._pacing import LoopPacing
 
 # Re-exported: tests pace their agents by it.
@@ -61,85 +58,17 @@ from ._policy import (
     read_failed,
     tally,
 )
+from ._record import FollowOutcome as FollowOutcome
+from ._record import FollowProgress as FollowProgress
+from ._record import Sink as Sink
+from ._shell import run_follower
 
 if TYPE_CHECKING:
     import httpx
 
-    from .._format._wire import Page, TrajectoryBatch, TrajectoryState
+    from .._format._wire import Page
 
 logger = logging.getLogger("follower.follow")
-
-Sink = Callable[["TrajectoryBatch"], Awaitable[None]]
-
-
-@final
-@attrs.frozen
-class FollowOutcome:
-    """What one follower did: where it got to, and whether it read every event.
-
-    ``complete`` is true when the last page (terminal state, nothing more) was
-    handed to the sink; ``state`` is the state of the last page read. ``reads``
-    counts every read sent to the agent, answered or not; ``failed_reads`` those
-    that brought no valid page.
-    """
-
-    state: TrajectoryState | None
-    cursor: int
-    complete: bool
-    reads: int
-    failed_reads: int
-    events: int
-
-
-@attrs.define
-class FollowProgress:
-    """A follower's running record, kept up to date as it reads; its owner may look at any time.
-
-    Only plain fields, set by the follower's own task between checkpoints, so a
-    look at it (``statistics()``) is cheap and sees one consistent moment.
-    """
-
-    cursor: int = 0
-    state: TrajectoryState | None = None
-    complete: bool = False
-    reads: int = 0
-    failed_reads: int = 0
-    events: int = 0
-    pool_waits: int = 0
-    """Reads that found our own pool full (``PoolBusyError``); never sent, never failed."""
-    running: bool = False
-    """From the follower's start (its lane's lease included) until it returns or is cancelled."""
-    caught_up_at: float | None = None
-    """``anyio.current_time()`` of the last page that was not ``has_more``."""
-    stopped_at: float | None = None
-    """``anyio.current_time()`` when the follower stopped running."""
-    poll_lag_seconds: float | None = None
-    """How much later than scheduled the follower's latest scheduled read began: the
-    event loop's lag as this follower saw it (None before it waited for a read)."""
-
-    def lag_seconds(self, now: float | None = None) -> float | None:
-        """Seconds since the follower was last caught up, up to now or to when it stopped.
-
-        ``now`` is only read while the follower runs (``anyio.current_time()``
-        if not given), so a stopped follower's lag is known outside the loop too.
-        """
-        if self.caught_up_at is None:
-            return None
-        if self.stopped_at is not None and not self.running:
-            until = self.stopped_at
-        else:
-            until = anyio.current_time() if now is None else now
-        return max(0.0, until - self.caught_up_at)
-
-    def outcome(self) -> FollowOutcome:
-        return FollowOutcome(
-            state=self.state,
-            cursor=self.cursor,
-            complete=self.complete,
-            reads=self.reads,
-            failed_reads=self.failed_reads,
-            events=self.events,
-        )
 
 
 async def follow_trajectory(
@@ -210,48 +139,16 @@ async def follow_task(
         turn_id=turn_id,
     )
     follower.joined()
-    progress.running, progress.stopped_at = True, None
-    bound = options.max_follow_seconds
-    ending = "it ended"
-    try:
-        # The follower's own lane: with no client given, a slot of the loop's pool
-        # that no other follower reads through at the same time.
-        async with ClientLease(options.client, options.headers, endpoint) as leased:
-            try:
-                if bound is None:  # no scope kept for a bound that is not there
-                    await follower.run(leased, after)
-                else:
-                    with anyio.move_on_after(bound) as bounded:
-                        await follower.run(leased, after)
-                    if bounded.cancelled_caught:
-                        ending = f"it ran for max_follow_seconds={bound}"
-                        logger.warning(
-                            "stopped following task %s: it ran for max_follow_seconds=%s",
-                            task_id,
-                            bound,
-                            extra=follower.extra,
-                        )
-            except FollowingEnded as ended:
-                ending = "a read failed after stop"
-                logger.info(
-                    "stopped following task %s: the read after stop failed (%s)",
-                    task_id,
-                    failure_reason(ended.__cause__ or ended),
-                    extra=follower.extra,
-                )
-    except Exception as exc:
-        ending = "an error ended it"
-        # The sink's errors (a store's) know their key, not the task or the turn.
-        add_context(exc, task_id=task_id, turn_id=turn_id)
-        raise
-    except BaseException:
-        ending = "it was cancelled"
-        raise
-    finally:
-        progress.running = False
-        progress.stopped_at = anyio.current_time()
-        follower.left(ending)
-    return progress.outcome()
+    return await run_follower(
+        follower,
+        url=endpoint,
+        task_id=task_id,
+        turn_id=turn_id,
+        options=options,
+        progress=progress,
+        after=after,
+        logger=logger,
+    )
 
 
 _run_pacing: anyio.lowlevel.RunVar[LoopPacing] = anyio.lowlevel.RunVar("follower_loop_pacing")
@@ -303,6 +200,8 @@ class _Follower:
     @property
     def poll(self) -> float:
         return self.options.poll_interval_seconds
+
+    noun = "read"
 
     @property
     def extra(self) -> dict[str, object]:

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
     from .._format._a2a import TaskSource
     from .._options import FollowOptions
-    from ._follow import FollowOutcome, FollowProgress, Sink
+    from ._record import FollowOutcome, FollowProgress, Sink
 
 logger = logging.getLogger("follower.polls")
 
@@ -73,12 +73,20 @@ class _Poller:
     """The task as the last poll saw it (None before the first)."""
     failures: int = 0
 
+    noun = "poll"
+
     def __attrs_post_init__(self) -> None:
         what = f"polls of task {self.task_id} at {self.source.url}"
-        extra = {"task_id": self.task_id, "turn_id": self.turn_id}
-        self.failing = FailureStreak(logger, what, noun="poll", extra=extra)
+        self.failing = FailureStreak(logger, what, noun="poll", extra=self.extra)
 
-    async def run(self, client: httpx.AsyncClient) -> None:
+    @property
+    def extra(self) -> dict[str, object]:
+        return {"task_id": self.task_id, "turn_id": self.turn_id}
+
+    def left(self, ending: str) -> None:
+        self.failing.close(ending)
+
+    async def run(self, client: httpx.AsyncClient, after: int) -> None:
         while True:
             try:
                 task = await self._poll(client, history=False)
@@ -90,7 +98,7 @@ class _Poller:
                     "task %s is unknown to the agent at %s; not following it",
                     self.task_id,
                     self.source.url,
-                    extra={"task_id": self.task_id, "turn_id": self.turn_id},
+                    extra=self.extra,
                 )
                 return
             if self.failures:

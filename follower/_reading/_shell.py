@@ -1,6 +1,6 @@
 """What every follower does around its loop: its lane, its bound, the sentinel, its record.
 
-A follower's loop (a stream's, the polls') runs inside :func:`run_follower`,
+A follower's loop (cursor reads', a stream's, the polls') runs inside :func:`run_follower`,
 which leases its client, bounds the run by ``max_follow_seconds``, returns
 normally when the loop raises the post-stop sentinel (it never leaves the
 library), names the task and the turn on any error that leaves, and keeps the
@@ -9,34 +9,39 @@ follower's record (``running``, ``stopped_at``) and its failure log's summary.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import anyio.lowlevel
 
 from .._errors import FollowingEnded, InvalidArgumentError, add_context
-from .._http._clients import leased_client
+from .._http._clients import ClientLease
 from .._retries import failure_reason
+from ._record import FollowProgress
 
 if TYPE_CHECKING:
     import logging
-    from collections.abc import Awaitable, Callable
 
     import httpx
 
     from .._format._a2a import TaskSource
     from .._options import FollowOptions
-    from .._retries import FailureStreak
-    from ._follow import FollowOutcome, FollowProgress, Sink
+    from ._record import FollowOutcome, Sink
 
 
 class FollowerLoop(Protocol):
-    """A way's loop (a stream's, the polls'): made for one task, run with a client."""
+    """A way's loop (cursor reads, a stream, polls): made for one task, run with a client."""
 
-    failing: FailureStreak
+    noun: str
+    """What it sends, in log lines: ``read``, ``stream``, ``poll``."""
 
-    async def run(self, client: httpx.AsyncClient) -> None: ...
+    @property
+    def extra(self) -> dict[str, object]: ...
+
+    async def run(self, client: httpx.AsyncClient, after: int) -> None: ...
+
+    def left(self, ending: str) -> None:
+        """The loop has ended (``ending`` says how): its run of failures gets its summary."""
 
 
 class MakeLoop(Protocol):
@@ -67,8 +72,6 @@ async def follow_by(
     logger: logging.Logger,
 ) -> FollowOutcome:
     """Follow ``task_id`` with the loop ``make`` builds, from ``after`` events stored."""
-    from ._follow import FollowProgress  # the read loop's record; it imports this module
-
     if not isinstance(task_id, str) or not task_id:
         raise InvalidArgumentError(f"task_id must be a non-empty string, not {task_id!r}")
     if progress is None:
@@ -84,13 +87,13 @@ async def follow_by(
         turn_id=turn_id,
     )
     return await run_follower(
-        loop.run,
+        loop,
         url=source.url,
         task_id=task_id,
         turn_id=turn_id,
         options=options,
         progress=progress,
-        failing=loop.failing,
+        after=after,
         logger=logger,
     )
 
@@ -104,42 +107,46 @@ async def wait_or_stop(stop: anyio.Event, seconds: float) -> None:
 
 
 async def run_follower(
-    loop: Callable[[httpx.AsyncClient], Awaitable[None]],
+    loop: FollowerLoop,
     *,
     url: str,
     task_id: str,
     turn_id: str | None,
     options: FollowOptions,
     progress: FollowProgress,
-    failing: FailureStreak,
+    after: int,
     logger: logging.Logger,
 ) -> FollowOutcome:
-    """Run ``loop`` with a client for ``url``; return what the follower did."""
-    extra = {"task_id": task_id, "turn_id": turn_id}
+    """Run ``loop`` from ``after`` with a client for ``url``; return what the follower did."""
     progress.running, progress.stopped_at = True, None
     bound = options.max_follow_seconds
     ending = "it ended"
     try:
-        async with leased_client(options.client, headers=options.headers, url=url) as leased:
-            with anyio.move_on_after(math.inf if bound is None else bound) as bounded:
-                try:
-                    await loop(leased)
-                except FollowingEnded as ended:
-                    ending = "it failed after stop"
-                    logger.info(
-                        "stopped following task %s: %s (%s)",
-                        task_id,
-                        ended,
-                        failure_reason(ended.__cause__ or ended),
-                        extra=extra,
-                    )
-            if bounded.cancelled_caught:
-                ending = f"it ran for max_follow_seconds={bound}"
-                logger.warning(
-                    "stopped following task %s: it ran for max_follow_seconds=%s",
+        # The follower's own lane: with no client given, a slot of the loop's pool
+        # that no other follower reads through at the same time.
+        async with ClientLease(options.client, options.headers, url) as leased:
+            try:
+                if bound is None:  # no scope kept for a bound that is not there
+                    await loop.run(leased, after)
+                else:
+                    with anyio.move_on_after(bound) as bounded:
+                        await loop.run(leased, after)
+                    if bounded.cancelled_caught:
+                        ending = f"it ran for max_follow_seconds={bound}"
+                        logger.warning(
+                            "stopped following task %s: it ran for max_follow_seconds=%s",
+                            task_id,
+                            bound,
+                            extra=loop.extra,
+                        )
+            except FollowingEnded as ended:
+                ending = f"a {loop.noun} failed after stop"
+                logger.info(
+                    "stopped following task %s: the %s after stop failed (%s)",
                     task_id,
-                    bound,
-                    extra=extra,
+                    loop.noun,
+                    failure_reason(ended.__cause__ or ended),
+                    extra=loop.extra,
                 )
     except Exception as exc:
         ending = "an error ended it"
@@ -152,5 +159,5 @@ async def run_follower(
     finally:
         progress.running = False
         progress.stopped_at = anyio.current_time()
-        failing.close(ending)
+        loop.left(ending)
     return progress.outcome()

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     import httpx
 
     from .._options import FollowOptions
-    from ._follow import FollowOutcome, FollowProgress, Sink
+    from ._record import FollowOutcome, FollowProgress, Sink
 
 logger = logging.getLogger("follower.stream")
 
@@ -93,17 +93,22 @@ class _StreamFollower:
     subscriptions: int = 0
     failures: int = 0
 
+    noun = "stream"
+
     def __attrs_post_init__(self) -> None:
         self.extra = {"task_id": self.task_id, "turn_id": self.turn_id}
         what = f"streams of task {self.task_id} at {self.source.url}"
         self.failing = FailureStreak(logger, what, noun="stream", extra=self.extra)
 
+    def left(self, ending: str) -> None:
+        self.failing.close(ending)
+
     @property
     def url(self) -> str:
         return self.source.url
 
-    async def run(self, client: httpx.AsyncClient) -> None:
-        if self.progress.cursor > 0:
+    async def run(self, client: httpx.AsyncClient, after: int) -> None:
+        if after > 0:
             # A turn resumed from an earlier attempt: what the agent sent between the two
             # attempts was streamed to nobody.
             self._lost("resumed")

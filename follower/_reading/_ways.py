@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from .._format._a2a import Via
-from ._follow import FollowOutcome, FollowProgress, Sink, follow_task
+from ._follow import follow_task
 from ._polls import follow_polls
 from ._stream import follow_stream
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from .._format._a2a import TaskSource
     from .._options import FollowOptions
+    from ._record import FollowOutcome, FollowProgress, Sink
 
 
 class Follow(Protocol):

@@ -85,7 +85,7 @@ def run_step(script: StepScript, backend: str, variant: Variant = LIBRARY) -> Wo
     world = World(script, backend)
     with pytest.MonkeyPatch.context() as patch, _quiet_library():
         patch.setattr(
-            follower._turns._block,
+            follower._reading._ways,  # where a turn's block finds the cursor read loop
             "follow_task",
             _tracked_follow(world, follower._reading._follow.follow_task),
         )

@@ -1,0 +1,89 @@
+"""A follower's record, kept as it runs, and what it hands back when it ends.
+
+Every way of following (cursor reads, a stream, polls) keeps a :class:`FollowProgress`,
+which the turn's statistics read at any time, and returns a :class:`FollowOutcome`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, final
+
+import anyio
+import attrs
+
+if TYPE_CHECKING:
+    from .._format._wire import TrajectoryBatch, TrajectoryState
+
+Sink = Callable[["TrajectoryBatch"], Awaitable[None]]
+"""Where a follower hands each batch: an async callable (a turn's is ``LiveTrajectoryChunks``)."""
+
+
+@final
+@attrs.frozen
+class FollowOutcome:
+    """What one follower did: where it got to, and whether it read every event.
+
+    ``complete`` is true when the last page (terminal state, nothing more) was
+    handed to the sink; ``state`` is the state of the last page read. ``reads``
+    counts every read sent to the agent, answered or not; ``failed_reads`` those
+    that brought no valid page.
+    """
+
+    state: TrajectoryState | None
+    cursor: int
+    complete: bool
+    reads: int
+    failed_reads: int
+    events: int
+
+
+@attrs.define
+class FollowProgress:
+    """A follower's running record, kept up to date as it reads; its owner may look at any time.
+
+    Only plain fields, set by the follower's own task between checkpoints, so a
+    look at it (``statistics()``) is cheap and sees one consistent moment.
+    """
+
+    cursor: int = 0
+    state: TrajectoryState | None = None
+    complete: bool = False
+    reads: int = 0
+    failed_reads: int = 0
+    events: int = 0
+    pool_waits: int = 0
+    """Reads that found our own pool full (``PoolBusyError``); never sent, never failed."""
+    running: bool = False
+    """From the follower's start (its lane's lease included) until it returns or is cancelled."""
+    caught_up_at: float | None = None
+    """``anyio.current_time()`` of the last page that was not ``has_more``."""
+    stopped_at: float | None = None
+    """``anyio.current_time()`` when the follower stopped running."""
+    poll_lag_seconds: float | None = None
+    """How much later than scheduled the follower's latest scheduled read began: the
+    event loop's lag as this follower saw it (None before it waited for a read)."""
+
+    def lag_seconds(self, now: float | None = None) -> float | None:
+        """Seconds since the follower was last caught up, up to now or to when it stopped.
+
+        ``now`` is only read while the follower runs (``anyio.current_time()``
+        if not given), so a stopped follower's lag is known outside the loop too.
+        """
+        if self.caught_up_at is None:
+            return None
+        if self.stopped_at is not None and not self.running:
+            until = self.stopped_at
+        else:
+            until = anyio.current_time() if now is None else now
+        return max(0.0, until - self.caught_up_at)
+
+    def outcome(self) -> FollowOutcome:
+        return FollowOutcome(
+            state=self.state,
+            cursor=self.cursor,
+            complete=self.complete,
+            reads=self.reads,
+            failed_reads=self.failed_reads,
+            events=self.events,
+        )
