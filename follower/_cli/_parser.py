@@ -15,9 +15,15 @@ from urllib.parse import urlsplit
 
 from .. import __version__
 from .._extras import install_hint
+from .._format._a2a import Via
 from .._redact import scrub
 from ._auth import AgentUrl, add_credential_arguments
-from ._exits import EXIT_BOUND_BROKEN, EXIT_CODES_HELP, EXIT_INCOMPLETE
+from ._exits import (
+    EXIT_BOUND_BROKEN,
+    EXIT_CODES_HELP,
+    EXIT_INCOMPLETE,
+    EXIT_NO_LIVE_TRAJECTORY,
+)
 from ._store import store_argument
 
 # The faults `--fault` takes, as follower.testing.parse_fault reads them: a copy (a
@@ -154,12 +160,20 @@ def _follow(commands: _Commands) -> None:
         commands,
         "follow",
         help="follow a task of an agent, printing its events as JSON lines",
-        description="Follow a task's live trajectory through the agent's card; print each "
-        'event as a JSON line {"turn", "index", "event"} on stdout, as it is stored '
-        "(--events-only: the bare events).",
+        description="Follow a task of the agent and print each event as a JSON line "
+        '{"turn", "index", "event"} on stdout, as it is stored (--events-only: the bare '
+        "events). The task is followed the way the agent's card offers: cursor reads of its "
+        "live trajectory, else its stream, else polls of its task (--via chooses). On "
+        "stderr, follow names the task at once ('follower: task ID'), then the way and why "
+        "('follower: following task ID by its stream (the card offers streaming, no live "
+        "trajectory)'), and at the end how the task ended. A streamed or polled task's "
+        "events are A2A's own: one object each, naming its kind (task, message, "
+        "statusUpdate, artifactUpdate; gap where a stream was lost).",
         epilog=f"When the task ends but its trajectory was not read to its end (the agent "
-        f"served malformed pages, or went away), follow says how many events were stored "
-        f"and exits {EXIT_INCOMPLETE}. Every exit code: follower --help.",
+        f"served malformed pages, its stream was lost, or it went away), follow says how "
+        f"many events were stored and exits {EXIT_INCOMPLETE}. --via cursor on an agent "
+        f"whose card offers no live trajectory exits {EXIT_NO_LIVE_TRAJECTORY} before "
+        f"sending anything. Every exit code: follower --help.",
     )
     _global_options(follow)
     follow.add_argument(
@@ -190,6 +204,14 @@ def _follow(commands: _Commands) -> None:
         help="the key prefix (default: follow/<task id>/, so that runs never mix)",
     )
     follow.add_argument("--turn", default="turn-1", help="the turn id")
+    follow.add_argument(
+        "--via",
+        choices=[way.value for way in Via],
+        default=None,
+        help="follow the task this way: cursor (the live-trajectory extension's reads), "
+        "stream (the agent's SubscribeToTask stream), poll (polls of GetTask) "
+        "(default: the first of these the card offers)",
+    )
     follow.add_argument(
         "--poll", type=_positive, default=0.5, help="seconds between reads and task checks"
     )

@@ -139,6 +139,7 @@ HELP_MENTIONS = {
     ],
     ("follow",): [
         "url",
+        "--via",
         "--task",
         "--message",
         "--store",
@@ -416,10 +417,14 @@ def follow_args(backend: str, url: str, *args: str) -> list[str]:
 
 
 def assert_ended(result: subprocess.CompletedProcess[str], task_id: str = r"\S+") -> str:
-    """The run says its task first (to resume it by), then how it ended; its id."""
+    """The run says its task first (to resume it by), the way it follows it, then how it
+    ended; its id."""
     assert result.returncode == EXIT_OK, result.stderr
     said = re.fullmatch(
-        rf"follower: task ({task_id})\nfollower: task \1 ended completed\n", result.stderr
+        rf"follower: task ({task_id})\nfollower: following task \1 by cursor reads of its "
+        r"live trajectory \(the card offers a live trajectory\)\n"
+        r"follower: task \1 ended completed\n",
+        result.stderr,
     )
     assert said, result.stderr
     return said.group(1)
@@ -496,18 +501,20 @@ def test_follow_an_unreachable_agent(backend: str, tmp_path: Path) -> None:
     assert result.stdout == ""
 
 
-async def test_follow_an_agent_without_the_live_extension(
+async def test_follow_via_cursor_an_agent_without_the_live_extension(
     anyio_backend: str, tmp_path: Path
 ) -> None:
+    # Without --via, its stream is taken (test_cli_ways); asked for, cursor reads are refused.
     agent = AgentWithoutLiveTrajectory()
     with anyio.fail_after(60):
         async with serving(agent) as url:
             result = await run_cli_async(
-                follow_args(anyio_backend, url, "--message", "hi"), tmp_path
+                follow_args(anyio_backend, url, "--message", "hi", "--via", "cursor"), tmp_path
             )
     message = assert_one_line_error(result, EXIT_NO_LIVE_TRAJECTORY)
     assert "offers no live trajectory" in message
     assert TRAJECTORY_EXTENSION_URI in message
+    assert "without --via cursor" in message
     assert agent.statistics().tasks == 0  # refused before sending anything
 
 
