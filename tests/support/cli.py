@@ -248,10 +248,18 @@ def without_padding(event: Any) -> Any:
 
 
 def only_step(store: Path) -> Path:
-    """The one step a demo run stored under ``store``: ``store/steps/<step>``."""
-    steps = list((store / "steps").iterdir())
+    """The one step of cursor-read turns a demo run stored under ``store``: ``store/steps/<step>``.
+
+    Its streamed step is beside it, ``<step>-streamed`` (:func:`streamed_step`)."""
+    steps = [path for path in (store / "steps").iterdir() if not path.name.endswith("-streamed")]
     assert len(steps) == 1, steps
     return steps[0]
+
+
+def streamed_step(store: Path) -> Path:
+    """The demo run's streamed step: ``store/steps/<step>-streamed``, beside its first."""
+    step = only_step(store)
+    return step.with_name(f"{step.name}-streamed")
 
 
 # --- agents and addresses ----------------------------------------------------------------
