@@ -262,15 +262,20 @@ def _validate(commands: _Commands) -> None:
         help="check on loopback that no follower outlives its step (the operators' table)",
         description="""\
 Run a step against the reference agent on a loopback socket for every step
-outcome (cancelled, raises, returns) x agent x backend, and print a row for
-each: did the step end, how long after the body ended its block exited, the
-reads the agent saw after the body ended and after the block exited, the reads
-the agent failed, and the turn's end.json.
+outcome (cancelled, raises, returns) x agent x way of following x backend, and
+print a row for each: did the step end, how long after the body ended its
+block exited, the reads the agent saw after the body ended and after the block
+exited, the reads the agent failed, and the turn's end.json.
 
 The agents: close (closes every connection), silent (accepts, never answers),
 5xx (answers 503), healthy. Each answers the step's first 2 reads, then turns
 bad; the body ends once the follower has met the fault, so that it is waiting
 to retry (or inside a read that will time out) when the step stops.
+
+The ways (--via): cursor (reads of the live trajectory), stream (the agent's
+SubscribeToTask stream: one read, which an agent turning bad cuts, close and
+5xx, or holds, silent; the next subscription meets the fault), poll (polls of
+GetTask). The same bounds hold for each.
 
 The bounds (from the design): cancelled or raises: no read after the body
 ended, and a prompt exit; returns: an exit within the drain, and at most 1 read
@@ -286,6 +291,13 @@ without trio; without --backend, a missing trio is said and asyncio runs).""",
     _global_options(
         validate,
         backend_help="the async backend to run on (default: both, asyncio then trio)",
+    )
+    validate.add_argument(
+        "--via",
+        action="append",
+        choices=[way.value for way in Via],
+        default=None,
+        help="run the cells of this way of following only (repeatable; default: all three)",
     )
     validate.add_argument(
         "--quick",
