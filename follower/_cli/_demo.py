@@ -4,6 +4,9 @@ The demo is the main job end to end: it serves the reference agent on loopback,
 runs a step of several A2A turns against it (message, live trajectory, wait),
 stores the trajectory (in a folder or a bucket), shows each turn as it is read
 back from the store, and checks at the end that every turn is stored, linked and ended.
+Then a second step of one turn follows a task by the agent's own stream
+(``SubscribeToTask``), as any A2A agent that streams can be followed, and is
+stored beside the first, as a step of its own: ``steps/<step>-streamed/``.
 
 Plain arguments in, plain results out: the command line parses and checks its
 arguments and turns errors into exit codes; nothing here knows of it.
@@ -19,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
+import attrs
 
 from .._a2a._client import connect_agent
 from .._a2a._turn import run_a2a_turn
@@ -32,6 +36,7 @@ from ..testing import ReferenceAgent, TaskScript, serve_agent
 from ._progress import TurnDisplay
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
     from typing import TextIO
 
     from .._a2a._client import A2AAgent, A2ATask
@@ -43,6 +48,11 @@ DEMO_A2A_TIMEOUT_SECONDS = 2.0
 DEMO_DRAIN_SECONDS = 5.0
 # A gone agent ends the demo's turn after this many failed tasks/get in a row.
 DEMO_TASK_MAX_FAILURES = 5
+# The streamed step: one turn, shown by this label.
+STREAMED_TURN = "turn-1"
+STREAMED_LABEL = "streamed"
+# A watcher left waiting for a turn: how long it may take to read the turn's end.
+WATCH_SECONDS = 5.0
 
 
 def _reference_agent(
@@ -87,6 +97,11 @@ def new_step_prefix() -> str:
     return f"steps/{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}/"
 
 
+def streamed_prefix(prefix: str) -> str:
+    """The demo's streamed step's prefix, beside its first step's: ``steps/<step>-streamed/``."""
+    return prefix.removesuffix("/") + "-streamed/"
+
+
 def stored_where(store: ObjectStore, prefix: str) -> str:
     """Where ``prefix`` is in ``store``, for people: a folder, or ``s3://bucket/key-prefix``."""
     if isinstance(store, FilesystemStore):
@@ -111,10 +126,13 @@ async def run_demo(
 ) -> bool:
     """``follower demo``: a step of ``turns`` turns against the reference agent, in ``store``.
 
-    ``fault`` makes the agent misbehave once the step is under way; the header
-    names it ``fault_label`` (by default its kind). The step is stored under
-    ``prefix`` (by default a new :func:`new_step_prefix`). Shows the step on ``out``
-    (stdout by default) and returns whether the summary found no problem.
+    Its turns are followed by cursor reads of the agent's live trajectory; then a
+    step of one turn (under :func:`streamed_prefix`) is followed by the agent's
+    stream. ``fault`` makes the agent misbehave once the first step
+    is under way; the header names it ``fault_label`` (by default its kind). The
+    step is stored under ``prefix`` (by default a new :func:`new_step_prefix`).
+    Shows both steps on ``out`` (stdout by default) and returns whether the
+    summary found no problem.
     """
     if turns < 1 or events < 0 or interval_seconds < 0:
         raise InvalidArgumentError(
@@ -128,39 +146,86 @@ async def run_demo(
     if prefix is None:
         prefix = new_step_prefix()
     turn_ids = [f"turn-{n}" for n in range(1, turns + 1)]
+    streamed = streamed_prefix(prefix)
     display = TurnDisplay(events, out)
-    started = anyio.current_time()
-    outcome = "completed"
 
     async with anyio.create_task_group() as tg:
         url = await tg.start(serve_agent, agent)
         out.write(f"reference agent on {url} (fault: {fault_label})\n")
         out.write(f"storing the step under {stored_where(store, prefix)}\n")
-        out.write(f"{len(turn_ids)} turns of {events} events, one every {interval_seconds} s\n")
+        out.write(
+            f"{len(turn_ids)} turns of {events} events, one every {interval_seconds} s, "
+            "followed by cursor reads of the live trajectory\n"
+        )
+        out.write(
+            "then a step of 1 turn followed by the agent's stream (SubscribeToTask), "
+            f"stored under {stored_where(store, streamed)}\n"
+        )
         out.flush()
         with display:
-            watched = anyio.Event()
-            tg.start_soon(_watch, store, prefix, turn_ids[0], display, watched)
             if fault is not None:
                 tg.start_soon(_inject_fault, agent, fault)
-            try:
-                await _run_step(url, store, prefix, turn_ids, display)
-            except Exception as exc:
-                outcome = f"failed: {type(exc).__name__}: {exc}"
-            # The watcher ends once it reads the last turn's null link; give it a moment.
-            with anyio.move_on_after(5):
-                await watched.wait()
+            cursor_read = await _shown(
+                partial(_run_step, url, store, prefix, turn_ids, display),
+                store,
+                prefix,
+                turn_ids[0],
+                display,
+            )
+            streamed_run = await _shown(
+                partial(_run_streamed_step, url, store, streamed, display),
+                store,
+                streamed,
+                STREAMED_TURN,
+                display,
+                label=STREAMED_LABEL,
+            )
             tg.cancel_scope.cancel()
 
-    elapsed = anyio.current_time() - started
-    report = await _summarise(store, prefix, turn_ids)
-    out.write(f"\nstep {outcome} in {elapsed:.1f} s\n")
-    for line in report.lines:
-        out.write(f"  {line}\n")
+    report = _Report()
+    out.write(f"\nstep {cursor_read.outcome} in {cursor_read.seconds:.1f} s\n")
+    await _summarise(store, prefix, turn_ids, report, out)
+    out.write(f"streamed step {streamed_run.outcome} in {streamed_run.seconds:.1f} s\n")
+    await _summarise(store, streamed, [STREAMED_TURN], report, out, label=STREAMED_LABEL)
     out.write(f"{report.verdict}\n")
     out.write(f"stored under {stored_where(store, prefix)}\n")
     out.flush()
     return report.ok
+
+
+@attrs.frozen
+class _StepRun:
+    outcome: str
+    seconds: float
+
+
+async def _shown(
+    step: Callable[[], Awaitable[None]],
+    store: ObjectStore,
+    prefix: str,
+    first_turn: str,
+    display: TurnDisplay,
+    *,
+    label: str | None = None,
+) -> _StepRun:
+    """Run ``step`` while a reader of the store shows its turns; how it ended, and its time."""
+    started = anyio.current_time()
+    outcome = "completed"
+    async with anyio.create_task_group() as tg:
+        watched = anyio.Event()
+        tg.start_soon(_watch, store, prefix, first_turn, display, watched, label)
+        try:
+            await step()
+        except Exception as exc:
+            outcome = f"failed: {type(exc).__name__}: {exc}"
+        seconds = anyio.current_time() - started
+        # The watcher ends once it reads the last turn's null link; give it a moment,
+        # unless the step stored nothing for it to read (it failed before its first turn).
+        if await _stored_any(store, TurnKeys(prefix, first_turn)):
+            with anyio.move_on_after(WATCH_SECONDS):
+                await watched.wait()
+        tg.cancel_scope.cancel()
+    return _StepRun(outcome, seconds)
 
 
 async def _run_step(
@@ -188,6 +253,26 @@ async def _run_step(
                 context_id = task.context_id
 
 
+async def _stored_any(store: ObjectStore, keys: TurnKeys) -> bool:
+    try:
+        return not (await read_stored_turn(store, keys)).is_empty
+    except FollowerError:
+        return True  # something is there; the summary says what is wrong with it
+
+
+async def _run_streamed_step(
+    url: str, store: ObjectStore, prefix: str, display: TurnDisplay
+) -> None:
+    """A step of one turn whose task is followed by the agent's stream (asked for by name)."""
+    async with connect_agent(url, timeout_seconds=DEMO_A2A_TIMEOUT_SECONDS, via="stream") as a2a:
+        source = a2a.task_source
+        assert source is not None  # a stream is never refused: it is tried when asked for
+        async with LiveTurns(
+            source, store, prefix, poll_interval_seconds=0.1, drain_seconds=DEMO_DRAIN_SECONDS
+        ) as turns:
+            await _turn(a2a, turns, STREAMED_TURN, 1, None, store, prefix, display, STREAMED_LABEL)
+
+
 async def _turn(
     a2a: A2AAgent,
     turns: LiveTurns,
@@ -197,13 +282,14 @@ async def _turn(
     store: ObjectStore,
     prefix: str,
     display: TurnDisplay,
+    label: str | None = None,
 ) -> A2ATask:
     try:
         return await run_a2a_turn(
             a2a,
             turns,
             turn_id,
-            f"demo message {number}",
+            f"demo message {number}" if label is None else f"demo message ({label})",
             context_id=context_id,
             task_deadline_seconds=DEMO_TASK_DEADLINE_SECONDS,
             task_poll_seconds=0.1,
@@ -213,7 +299,7 @@ async def _turn(
         with anyio.CancelScope(shield=True), anyio.move_on_after(2):
             mark = await _end_mark(store, TurnKeys(prefix, turn_id))
             if mark is not None:
-                display.finish(turn_id, mark.next, mark.state.value)
+                display.finish(label or turn_id, mark.next, mark.state.value)
 
 
 async def _inject_fault(agent: ReferenceAgent, fault: Fault) -> None:
@@ -223,14 +309,19 @@ async def _inject_fault(agent: ReferenceAgent, fault: Fault) -> None:
 
 
 async def _watch(
-    store: ObjectStore, prefix: str, first_turn: str, display: TurnDisplay, done: anyio.Event
+    store: ObjectStore,
+    prefix: str,
+    first_turn: str,
+    display: TurnDisplay,
+    done: anyio.Event,
+    label: str | None = None,
 ) -> None:
-    """Show the step as a reader of the store sees it, until its last turn."""
+    """Show the step as a reader of the store sees it, until its last turn (each by ``label``)."""
     try:
         async for stored in read_live_trajectory(
             store, prefix, first_turn, poll_interval_seconds=0.05
         ):
-            display.update(stored.turn_id, stored.index + 1)
+            display.update(label or stored.turn_id, stored.index + 1)
     except FollowerError as exc:
         print(f"follower: the demo's reader stopped: {exc}", file=sys.stderr)
     finally:
@@ -247,7 +338,6 @@ async def _end_mark(store: ObjectStore, keys: TurnKeys) -> EndMark | None:
 
 class _Report:
     def __init__(self) -> None:
-        self.lines: list[str] = []
         self.problems: list[str] = []
         # Marked incomplete is a promise kept (the agent failed, the store says so).
         self.incomplete: list[str] = []
@@ -269,40 +359,52 @@ class _Report:
         return verdict
 
 
-async def _summarise(store: ObjectStore, prefix: str, turn_ids: list[str]) -> _Report:
-    """Check what the step left in the store, turn by turn."""
-    report = _Report()
+async def _summarise(
+    store: ObjectStore,
+    prefix: str,
+    turn_ids: list[str],
+    report: _Report,
+    out: TextIO,
+    *,
+    label: str | None = None,
+) -> None:
+    """Check what the step left in the store, turn by turn, into ``report``; write a line a turn.
+
+    A ``label`` names the step's turns (``streamed turn-1: ...``) and its read-back line.
+    """
+    named = "" if label is None else f"{label} "
     followed = []
     for turn_id in turn_ids:
+        name = f"{named}{turn_id}"
         try:
             turn = await read_stored_turn(store, TurnKeys(prefix, turn_id))
         except FollowerError as exc:
-            report.problems.append(f"{turn_id}: {exc}")
+            report.problems.append(f"{name}: {exc}")
             continue
         if turn.is_empty:
-            report.lines.append(f"{turn_id}: not run")
+            out.write(f"  {name}: not run\n")
             continue
         followed.append(turn_id)
         stored = turn.contiguous_next
         gaps = [after for after, _ in turn.chunks if after > stored]
         if gaps:
-            report.problems.append(f"{turn_id}: chunks not contiguous at {stored}")
+            report.problems.append(f"{name}: chunks not contiguous at {stored}")
         mark = turn.end
         if mark is None:
-            report.problems.append(f"{turn_id}: no end mark")
+            report.problems.append(f"{name}: no end mark")
         elif mark.next > stored:
-            report.problems.append(f"{turn_id}: end mark says {mark.next}, {stored} stored")
+            report.problems.append(f"{name}: end mark says {mark.next}, {stored} stored")
         elif mark.complete is False:
-            report.incomplete.append(turn_id)
+            report.incomplete.append(name)
         link = turn.link.turn if turn.link is not None else None
-        report.lines.append(
-            f"{turn_id}: {_counted(stored, 'event')} in {_counted(len(turn.chunks), 'chunk')}, "
+        out.write(
+            f"  {name}: {_counted(stored, 'event')} in {_counted(len(turn.chunks), 'chunk')}, "
             f"ended {mark.state.value if mark else None}"
             f"{', incomplete' if mark is not None and mark.complete is False else ''}, "
-            f"next turn: {link if link is not None else '(last)'}"
+            f"next turn: {link if link is not None else '(last)'}\n"
         )
         if turn.link is None:
-            report.problems.append(f"{turn_id}: not linked")
+            report.problems.append(f"{name}: not linked")
     if followed:
         total = 0
         try:
@@ -312,11 +414,11 @@ async def _summarise(store: ObjectStore, prefix: str, turn_ids: list[str]) -> _R
                 ):
                     total += 1
         except TimeoutError:
-            report.problems.append("reading the step back did not reach its last turn")
-        report.lines.append(
-            f"read back: {_counted(total, 'event')} across {_counted(len(followed), 'turn')}"
+            report.problems.append(f"reading the {named}step back did not reach its last turn")
+        read_back = "read back" if label is None else f"read back ({label})"
+        out.write(
+            f"  {read_back}: {_counted(total, 'event')} across {_counted(len(followed), 'turn')}\n"
         )
-    return report
 
 
 def _counted(count: int, noun: str) -> str:

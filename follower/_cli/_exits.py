@@ -19,7 +19,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
-EXIT_NO_LIVE_TRAJECTORY = 4
+EXIT_NO_LIVE_TRAJECTORY = 4  # follow --via cursor: the card offers no cursor reads
 EXIT_UNKNOWN_TASK = 5
 EXIT_BAD_STORE = 6
 EXIT_TURN_EXISTS = 7
@@ -30,12 +30,12 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports `cat` or `grep` stop
 
 EXIT_CODES_HELP = f"""\
 exit status: {EXIT_OK} done; {EXIT_ERROR} an error; {EXIT_USAGE} usage (a bad argument, a \
-missing extra); {EXIT_UNREACHABLE} the agent is unreachable; {EXIT_NO_LIVE_TRAJECTORY} the \
-agent offers no live trajectory; {EXIT_UNKNOWN_TASK} unknown task; {EXIT_BAD_STORE} bad \
-store; {EXIT_TURN_EXISTS} the turn is stored for another task; {EXIT_BOUND_BROKEN} validate: \
-a bound broke; {EXIT_INCOMPLETE} follow: the task's trajectory was not read to its end; \
-{EXIT_INTERRUPTED} interrupted (Ctrl-C); {EXIT_BROKEN_PIPE} stdout closed (e.g. by \
-'| head')."""
+missing extra); {EXIT_UNREACHABLE} the agent is unreachable; {EXIT_NO_LIVE_TRAJECTORY} follow \
+--via cursor: the agent offers no live trajectory; {EXIT_UNKNOWN_TASK} unknown task; \
+{EXIT_BAD_STORE} bad store; {EXIT_TURN_EXISTS} the turn is stored for another task; \
+{EXIT_BOUND_BROKEN} validate: a bound broke; {EXIT_INCOMPLETE} follow: the task's trajectory \
+was not read to its end; {EXIT_INTERRUPTED} interrupted (Ctrl-C); {EXIT_BROKEN_PIPE} stdout \
+closed (e.g. by '| head')."""
 
 
 class CommandError(Exception):

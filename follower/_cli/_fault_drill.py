@@ -1,12 +1,15 @@
 """``follower validate``, one cell: a step against an agent turning bad, measured on both sides.
 
 A cell is one step outcome (cancelled, raises, returns) against one agent (closes
-every connection, never answers, answers 503, healthy). The reference agent is
+every connection, never answers, answers 503, healthy), for one way of following
+(cursor reads, the agent's stream, polls of its task). The reference agent is
 served on a loopback socket and keeps a log of the requests that reach it. The
 step follows a task of it; the agent answers the first reads, then turns bad;
 the body ends (as the cell says) once the first read meets the fault, so that
 the follower is retrying (in its backoff, or inside a read that will time out)
-when the step stops. What is measured, and the design's bounds on it:
+when the step stops. A stream's first read is its subscription: an agent that
+turns bad cuts it (close, 5xx) or holds it silent, and its next subscription
+meets the fault. What is measured, and the design's bounds on it:
 
 - how long after the body ended the block exited: promptly when the body was
   cancelled or raised; within ``drain_seconds`` when it returned;
@@ -29,24 +32,31 @@ import anyio
 import attrs
 
 from .._a2a._client import connect_agent
+from .._format._a2a import Via
 from .._format._layout import TurnKeys
 from .._stores import MemoryStore
 from .._storing._stored_turn import read_stored_turn
 from .._turns._step import following_live_trajectory
-from ..testing import Fault, ReferenceAgent, TaskScript, serve_agent
+from ..testing import Fault, FaultKind, ReferenceAgent, TaskScript, serve_agent
+from ..testing._agent import RPC_PATH, _noting_status
+from ..testing._asgi import TEXT, read_body, respond
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     import httpx
 
+    from .._format._a2a import TaskSource
     from .._stores import ObjectStore
     from .._turns._block import LiveTurn
     from ..testing import AgentRequest
+    from ..testing._asgi import Receive, Scope, Send
+    from ..testing._tasks import ScriptedTask
 
 OUTCOMES = ("cancelled", "raises", "returns")
 AGENTS = ("close", "silent", "5xx", "healthy")
 BACKENDS = ("asyncio", "trio")
+WAYS = tuple(way.value for way in Via)
 GONE_AGENTS = frozenset({"close", "silent", "5xx"})
 # The end mark each outcome implies (the follower never reads the task's last page).
 EXPECTED_STATE = {"cancelled": "canceled", "raises": "failed", "returns": "completed"}
@@ -115,6 +125,55 @@ class Cell:
     backend: str
     outcome: str
     agent: str
+    way: str = Via.CURSOR.value
+
+
+@attrs.define(eq=False)
+class _DrillAgent(ReferenceAgent):
+    """The reference agent, whose 503s (the ``5xx`` agent) reach every way of following.
+
+    The reference agent answers 503 to cursor reads only: here its A2A calls
+    (``GetTask``, ``SubscribeToTask``) are answered 503 too, and its open streams
+    are cut, as a server gone behind a load balancer does. Each 503 is in the
+    request log, as the cursor reads' are. The streams it cuts are counted
+    (``streams_cut``): a cut is a read the agent failed.
+    """
+
+    streams_cut: int = attrs.field(default=0, init=False)
+    _cut: anyio.Event = attrs.field(factory=anyio.Event, init=False)
+
+    def _answers_503(self) -> bool:
+        fault = self.fault
+        return fault is not None and fault.kind is FaultKind.UNAVAILABLE
+
+    def cuts(self, task: ScriptedTask) -> bool:
+        cut = super().cuts(task) or self._answers_503()
+        if cut:
+            self.streams_cut += 1
+            self._cut.set()
+            self._cut = anyio.Event()
+        return cut
+
+    async def wait_streams_cut(self, count: int) -> None:
+        """Return once ``count`` streams in all have been cut."""
+        while self.streams_cut < count:
+            await self._cut.wait()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        fault = self.fault
+        if (
+            fault is None
+            or not self._answers_503()
+            or scope["type"] != "http"
+            or (scope["path"], scope["method"]) != (RPC_PATH, "POST")
+        ):
+            await super().__call__(scope, receive, send)
+            return
+        await read_body(receive)
+        arrival = self._note_arrival(scope["path"])
+        if arrival is not None:
+            send = _noting_status(send, arrival)
+        await respond(send, fault.status or 503, b"agent unavailable", TEXT)
 
 
 @attrs.frozen(kw_only=True)
@@ -143,7 +202,7 @@ class OpenTurn(Protocol):
 
     def __call__(
         self,
-        endpoint: str,
+        endpoint: TaskSource,
         store: ObjectStore,
         prefix_key: str,
         turn_id: str,
@@ -167,7 +226,7 @@ async def measure_cell(
     ``a2a_client`` sends the step's message (by default a client is leased for
     it). ``open_turn`` is for tests: a broken block there must show in ``problems``.
     """
-    agent = ReferenceAgent(
+    agent = _DrillAgent(
         # Runs far longer than any cell: the follower never reads its last page.
         script=TaskScript(events=100_000, interval_seconds=timings.poll_interval_seconds / 4),
         log_requests=True,
@@ -175,11 +234,11 @@ async def measure_cell(
     async with anyio.create_task_group() as tg:
         with anyio.fail_after(timings.setup_seconds):
             url = await tg.start(serve_agent, agent)
-            async with connect_agent(url, client=a2a_client) as a2a:
+            async with connect_agent(url, client=a2a_client, via=cell.way) as a2a:
                 task = await a2a.send_message("validate")
-                endpoint = a2a.trajectory_endpoint
-        assert endpoint is not None  # the reference agent offers it
-        run = await _Step(cell, timings, agent, endpoint, turn_id, open_turn).run(task.id)
+                source = a2a.task_source
+        assert source is not None  # the reference agent offers every way
+        run = await _Step(cell, timings, agent, source, turn_id, open_turn).run(task.id)
         tg.cancel_scope.cancel()
     return run
 
@@ -188,12 +247,18 @@ async def measure_cell(
 class _Step:
     cell: Cell
     timings: Timings
-    agent: ReferenceAgent
-    endpoint: str
+    agent: _DrillAgent
+    source: TaskSource
     turn_id: str
     open_turn: OpenTurn
     store: MemoryStore = attrs.field(factory=MemoryStore)
     problems: list[str] = attrs.field(factory=list)
+    # The agent's log before the step: the message that started the task goes to the
+    # same URL as a stream's or a poll's reads, and is not the follower's.
+    log_before: int = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.log_before = len(self.agent.request_log())
 
     async def run(self, task_id: str) -> CellRun:
         body_ended, exited, ended = await self._step(task_id)
@@ -212,7 +277,7 @@ class _Step:
             exit_seconds=exited - body_ended,
             reads_after_stop=len(after_stop),
             reads_after_exit=len(after_exit),
-            failed_reads=sum(_failed(r) for r in log),
+            failed_reads=sum(_failed(r) for r in log) + self.agent.streams_cut,
             followers_alive=alive,
             end_mark=end_mark,
             problems=(),
@@ -231,7 +296,7 @@ class _Step:
         with anyio.CancelScope() as watchdog, anyio.CancelScope() as step_scope:
             try:
                 async with self.open_turn(
-                    self.endpoint,
+                    self.source,
                     self.store,
                     PREFIX,
                     self.turn_id,
@@ -262,22 +327,37 @@ class _Step:
     async def _turn_agent_bad(self) -> None:
         """Let the follower read a healthy agent, then turn it bad; return once a read met it.
 
-        A healthy agent stays healthy: the body ends at the next read.
+        A healthy agent stays healthy: the body ends at the next read. A stream
+        is one read: once it is open, the agent turns bad, which cuts it (close,
+        5xx: the cut is the read that met the fault, the next subscription comes
+        after the follower's backoff) or holds it (silent: the follower waits
+        inside it); a healthy stream flows on.
         """
         agent, timings = self.agent, self.timings
+        streamed = self.cell.way == Via.STREAM
+        healthy_reads = 1 if streamed else timings.healthy_reads
         with anyio.move_on_after(timings.setup_seconds) as setup:
-            await agent.wait_reads(timings.healthy_reads)
+            await self._wait_follower_requests(healthy_reads)
+            if streamed:
+                await anyio.wait_all_tasks_blocked()  # its first frames are stored
             fault = agent.fault = _fault(self.cell.agent)
-            await agent.wait_requests(len(agent.request_log()) + 1)
+            if streamed and self.cell.agent in ("close", "5xx"):
+                await agent.wait_streams_cut(1)
+            elif not streamed:
+                await self._wait_follower_requests(len(self._follower_requests()) + 1)
             if fault is not None:
                 # Until the follower has taken the failure in: it is then waiting
                 # in its backoff, or inside the read that never gets an answer.
                 await anyio.wait_all_tasks_blocked()
         if setup.cancelled_caught:
             self.problems.append(
-                f"the follower did not read the agent {timings.healthy_reads + 1} times "
+                f"the follower did not read the agent {healthy_reads + 1} times "
                 f"within {timings.setup_seconds} s"
             )
+
+    async def _wait_follower_requests(self, count: int) -> None:
+        while len(self._follower_requests()) < count:
+            await self.agent.wait_requests(len(self.agent.request_log()) + 1)
 
     async def _watch_after(self, exited: float) -> None:
         """Watch the agent's log for the grace window, or until a read comes after the exit."""
@@ -289,8 +369,9 @@ class _Step:
 
     def _follower_requests(self) -> list[AgentRequest]:
         """What the follower sent: its reads, and connections the agent dropped unread."""
-        path = urlsplit(self.endpoint).path
-        return [r for r in self.agent.request_log() if r.path in (None, path)]
+        path = urlsplit(self.source.url).path
+        log = self.agent.request_log()[self.log_before :]
+        return [r for r in log if r.path in (None, path)]
 
 
 async def _end_body(

@@ -24,7 +24,17 @@ from .._errors import UsageError
 from .._extras import install_hint
 from .._http._clients import leased_client
 from .._turns._step import following_live_trajectory
-from ._fault_drill import AGENTS, BACKENDS, FULL, OUTCOMES, QUICK, Cell, CellRun, measure_cell
+from ._fault_drill import (
+    AGENTS,
+    BACKENDS,
+    FULL,
+    OUTCOMES,
+    QUICK,
+    WAYS,
+    Cell,
+    CellRun,
+    measure_cell,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -63,6 +73,7 @@ class CellSummary:
         marks = [run.end_mark for run in runs if run.end_mark is not None]
         return {
             "backend": self.cell.backend,
+            "way": self.cell.way,
             "outcome": self.cell.outcome,
             "agent": self.cell.agent,
             "runs": len(runs),
@@ -91,14 +102,21 @@ def run_cells(
     backend: str,
     timings: Timings,
     *,
+    ways: Sequence[str] = (WAYS[0],),
     outcomes: Sequence[str] = OUTCOMES,
     agents: Sequence[str] = AGENTS,
     repeats: int = 1,
     open_turn: OpenTurn = following_live_trajectory,
     on_row: Callable[[CellSummary], None] | None = None,
 ) -> list[CellSummary]:
-    """The cells of ``backend``, ``repeats`` times each, in an event loop of its own."""
-    cells = [Cell(backend, outcome, agent) for outcome in outcomes for agent in agents]
+    """The cells of ``backend``, each way's in turn, ``repeats`` times each, in an event loop
+    of its own."""
+    cells = [
+        Cell(backend, outcome, agent, way)
+        for way in ways
+        for outcome in outcomes
+        for agent in agents
+    ]
     return anyio.run(_run_cells, cells, timings, repeats, open_turn, on_row, backend=backend)
 
 
@@ -117,7 +135,7 @@ async def _run_cells(
             runs = []
             for repeat in range(repeats):
                 # A turn id of its own: a follower left from another run is not this one's.
-                turn_id = f"{cell.outcome}-{cell.agent}-{repeat + 1}"
+                turn_id = f"{cell.way}-{cell.outcome}-{cell.agent}-{repeat + 1}"
                 run = await measure_cell(
                     cell, timings, turn_id=turn_id, a2a_client=a2a_client, open_turn=open_turn
                 )
@@ -145,6 +163,7 @@ def validate_command(args: argparse.Namespace) -> bool:
     """``follower validate``'s arguments run: whether every cell kept within its bounds."""
     return validate(
         backend=args.backend,
+        ways=args.via or WAYS,
         quick=args.quick,
         repeats=args.repeats,
         json_path=args.json,
@@ -155,6 +174,7 @@ def validate_command(args: argparse.Namespace) -> bool:
 def validate(
     *,
     backend: str | None,
+    ways: Sequence[str] = WAYS,
     quick: bool,
     repeats: int,
     json_path: str | None,
@@ -173,7 +193,8 @@ def validate(
     out = sys.stderr if json_path == "-" else sys.stdout
     for name, reason in not_run.items():
         print(f"follower validate: not run on {name}: {reason}", file=sys.stderr)
-    print(textwrap.fill(describe(timings, repeats), width=100), file=out)
+    ways = [way for way in WAYS if way in ways]  # each once, in the table's order
+    print(textwrap.fill(describe(timings, repeats, ways), width=100), file=out)
     print(_HEADER, file=out, flush=True)
     started = time.monotonic()
     rows: list[CellSummary] = []
@@ -187,6 +208,7 @@ def validate(
             rows += run_cells(
                 name,
                 timings,
+                ways=ways,
                 repeats=repeats,
                 open_turn=open_turn,
                 on_row=lambda row: print(_row(row), file=out, flush=True),
@@ -197,15 +219,23 @@ def validate(
     ok = all(row.ok for row in rows)
     print(verdict(rows, seconds), file=out, flush=True)
     if json_path is not None:
-        report = table_json(rows, timings, repeats, not_run, seconds)
+        report = table_json(rows, timings, repeats, not_run, seconds, ways)
         _write_json(report, json_path)
     return ok
 
 
-def describe(timings: Timings, repeats: int) -> str:
+_WAY_WORDS = {
+    "cursor": "cursor reads of its live trajectory",
+    "stream": "its stream (a stream is one read, cut or held when the agent turns bad)",
+    "poll": "polls of its task",
+}
+
+
+def describe(timings: Timings, repeats: int, ways: Sequence[str] = WAYS) -> str:
     runs = "1 run" if repeats == 1 else f"{repeats} runs, median / max"
     return (
-        "follower validate: each step follows a task of the reference agent on loopback. "
+        "follower validate: each step follows a task of the reference agent on loopback, "
+        f"by {'; by '.join(f'{_WAY_WORDS[way]} ({way})' for way in ways)}. "
         f"The agent answers {timings.healthy_reads} reads, then turns bad (close: closes every "
         "connection; silent: never answers; 5xx: answers 503; healthy: stays healthy), and "
         "the body ends once the follower has met the fault. "
@@ -219,6 +249,7 @@ def describe(timings: Timings, repeats: int) -> str:
 
 _COLUMNS = (
     ("backend", 7),
+    ("way", 6),
     ("step", 9),
     ("agent", 7),
     ("ended", 5),
@@ -249,6 +280,7 @@ def _row(row: CellSummary) -> str:
         end = f"{'/'.join(mark['state'])}, {complete}"
     cells = (
         figures["backend"],
+        figures["way"],
         figures["outcome"],
         figures["agent"],
         "yes" if figures["ended"] else "NO",
@@ -289,12 +321,14 @@ def table_json(
     repeats: int,
     not_run: dict[str, str],
     seconds: float,
+    ways: Sequence[str] = WAYS,
 ) -> dict[str, Any]:
     return {
         "ok": all(row.ok for row in rows),
         "timings": attrs.asdict(timings),
         "repeats": repeats,
         "backends": sorted({row.cell.backend for row in rows}),
+        "ways": list(ways),
         "not_run": not_run,
         "seconds": round(seconds, 3),
         "cells": [row.figures() for row in rows],

@@ -3,6 +3,9 @@
 ``follow`` follows a task into a store (one in memory unless given) and prints
 what is stored, read back by a tail of the same turn, so that what it prints is
 what a reader of the store sees; ``tail`` prints a stored step, turn after turn.
+``follow`` takes whatever way the agent's card offers (cursor reads of its live
+trajectory, its stream, polls of its task), or the one ``--via`` asks for, and
+says on stderr which and why.
 Both raise :class:`CommandError` for what a user can act on; the command line
 (``_cli``) turns that into its line and exit code.
 """
@@ -17,6 +20,7 @@ import anyio
 from .._a2a._client import cancel_task_quietly, connect_agent
 from .._a2a._turn import follow_a2a_task
 from .._errors import TaskNotFoundError, UsageError
+from .._format._a2a import Via, offers_streaming
 from .._format._layout import TurnKeys, default_prefix
 from .._stores import MemoryStore
 from .._storing._reader import TurnEnd, read_live_trajectory
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
     import httpx
 
     from .._a2a._client import A2AAgent, A2ATask
+    from .._format._a2a import TaskSource
     from .._format._layout import EndMark
     from .._stores import ObjectStore
 
@@ -55,13 +60,14 @@ async def follow_command(args: argparse.Namespace) -> int:
     headers = dict(headers_of(args))
     async with (
         agent_client(args) as client,
-        connect_agent(args.url, client=client, headers=headers) as agent,
+        connect_agent(args.url, client=client, headers=headers, via=args.via) as agent,
     ):
-        endpoint = agent.trajectory_endpoint
-        if endpoint is None:
+        source = agent.task_source
+        if source is None:  # --via cursor, and the card offers no cursor reads
             raise CommandError(
                 f"the agent at {args.url} offers no live trajectory (its card has no "
-                "usable urn:agentenv:trajectory/v1 extension)",
+                "usable urn:agentenv:trajectory/v1 extension); without --via cursor, "
+                "follow takes its stream or polls its task",
                 EXIT_NO_LIVE_TRAJECTORY,
             )
         if args.task:
@@ -77,6 +83,11 @@ async def follow_command(args: argparse.Namespace) -> int:
             task_id = (await agent.send_message(args.message)).id
         # Said at once, so that an interrupted run can be resumed with --task.
         print(f"follower: task {task_id}", file=sys.stderr, flush=True)
+        print(
+            f"follower: following task {task_id} {way_and_why(agent, source, args.via)}",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             keys = TurnKeys(args.prefix or default_prefix(task_id), args.turn)
         except UsageError:
@@ -84,7 +95,7 @@ async def follow_command(args: argparse.Namespace) -> int:
                 await cancel_task_quietly(agent, task_id)
             raise
         task, end = await _follow_and_print(
-            agent, endpoint, store, keys, task_id, args, client, headers
+            agent, source, store, keys, task_id, args, client, headers
         )
     print(f"follower: task {task.id} ended {task.state}", file=sys.stderr)
     if end.complete is False:
@@ -95,16 +106,45 @@ async def follow_command(args: argparse.Namespace) -> int:
             )
         raise CommandError(
             f"task {task.id}'s trajectory was not read to its end: {end.next} of its events "
-            "stored, not all (the agent's pages stopped before its last; see the warnings "
-            "above)",
+            f"stored, not all ({_STOPPED_SHORT[source.via]}; see the warnings above)",
             EXIT_INCOMPLETE,
         )
     return EXIT_OK
 
 
+# Why a turn followed each way can end incomplete, in the words of that way.
+_STOPPED_SHORT = {
+    Via.CURSOR: "the agent's pages stopped before its last",
+    Via.STREAM: "the agent's stream was lost, and what it missed could not be read back",
+    Via.POLL: "the agent's task could not be read once it ended",
+}
+
+
+def way_and_why(agent: A2AAgent, source: TaskSource, asked: str | None) -> str:
+    """How the task is followed, and why that way: ``by its stream (the card offers ...)``."""
+    if source.via is Via.CURSOR:
+        way = "by cursor reads of its live trajectory"
+    elif source.via is Via.STREAM:
+        way = "by its stream"
+    else:
+        way = f"by polls of {source.wire.get_task('')[0]}"
+    trajectory = agent.trajectory_endpoint is not None
+    streaming = offers_streaming(agent.card)
+    if asked is not None:
+        offered = {Via.CURSOR: trajectory, Via.STREAM: streaming, Via.POLL: True}[source.via]
+        why = f"--via {asked}" if offered else f"--via {asked}; the card does not offer it"
+    elif trajectory:
+        why = "the card offers a live trajectory"
+    elif streaming:
+        why = "the card offers streaming, no live trajectory"
+    else:
+        why = "the card offers no live trajectory and no streaming"
+    return f"{way} ({why})"
+
+
 async def _follow_and_print(
     agent: A2AAgent,
-    endpoint: str,
+    source: TaskSource,
     store: ObjectStore,
     keys: TurnKeys,
     task_id: str,
@@ -119,7 +159,7 @@ async def _follow_and_print(
         tg.start_soon(_print_then_set, store, keys, task_id, args.events_only, printed)
         try:
             async with LiveTurns(
-                endpoint,
+                source,
                 store,
                 keys.prefix_key,
                 poll_interval_seconds=args.poll,

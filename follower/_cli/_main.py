@@ -162,7 +162,7 @@ async def _demo(args: argparse.Namespace) -> int:
     # a refused demo leaves nothing.
     fault = _fault(args.fault, args.events)
     store = await open_store(args.store, must_exist=False, endpoint_url=args.endpoint_url)
-    from ._demo import new_step_prefix, run_demo
+    from ._demo import STREAMED_TURN, new_step_prefix, run_demo, streamed_prefix
 
     prefix = new_step_prefix()
     ok = await run_demo(
@@ -174,10 +174,12 @@ async def _demo(args: argparse.Namespace) -> int:
         fault_label=args.fault,
         prefix=prefix,
     )
-    tail = [*follower_command(), "tail", str(args.store), prefix, "turn-1"]
-    if args.endpoint_url is not None:
-        tail += ["--endpoint-url", args.endpoint_url]
-    print(f"read it back: {shlex.join(tail)}", flush=True)
+    endpoint = [] if args.endpoint_url is None else ["--endpoint-url", args.endpoint_url]
+    tail = [*follower_command(), "tail", str(args.store)]
+    streamed = [*tail, streamed_prefix(prefix), STREAMED_TURN, *endpoint]
+    print(f"read the streamed step back: {shlex.join(streamed)}", flush=True)
+    # Last, the step of cursor-read turns: the line a reader of the demo looks for.
+    print(f"read it back: {shlex.join([*tail, prefix, 'turn-1', *endpoint])}", flush=True)
     return EXIT_OK if ok else EXIT_ERROR
 
 

@@ -15,9 +15,15 @@ from urllib.parse import urlsplit
 
 from .. import __version__
 from .._extras import install_hint
+from .._format._a2a import Via
 from .._redact import scrub
 from ._auth import AgentUrl, add_credential_arguments
-from ._exits import EXIT_BOUND_BROKEN, EXIT_CODES_HELP, EXIT_INCOMPLETE
+from ._exits import (
+    EXIT_BOUND_BROKEN,
+    EXIT_CODES_HELP,
+    EXIT_INCOMPLETE,
+    EXIT_NO_LIVE_TRAJECTORY,
+)
 from ._store import store_argument
 
 # The faults `--fault` takes, as follower.testing.parse_fault reads them: a copy (a
@@ -154,12 +160,20 @@ def _follow(commands: _Commands) -> None:
         commands,
         "follow",
         help="follow a task of an agent, printing its events as JSON lines",
-        description="Follow a task's live trajectory through the agent's card; print each "
-        'event as a JSON line {"turn", "index", "event"} on stdout, as it is stored '
-        "(--events-only: the bare events).",
+        description="Follow a task of the agent and print each event as a JSON line "
+        '{"turn", "index", "event"} on stdout, as it is stored (--events-only: the bare '
+        "events). The task is followed the way the agent's card offers: cursor reads of its "
+        "live trajectory, else its stream, else polls of its task (--via chooses). On "
+        "stderr, follow names the task at once ('follower: task ID'), then the way and why "
+        "('follower: following task ID by its stream (the card offers streaming, no live "
+        "trajectory)'), and at the end how the task ended. A streamed or polled task's "
+        "events are A2A's own: one object each, naming its kind (task, message, "
+        "statusUpdate, artifactUpdate; gap where a stream was lost).",
         epilog=f"When the task ends but its trajectory was not read to its end (the agent "
-        f"served malformed pages, or went away), follow says how many events were stored "
-        f"and exits {EXIT_INCOMPLETE}. Every exit code: follower --help.",
+        f"served malformed pages, its stream was lost, or it went away), follow says how "
+        f"many events were stored and exits {EXIT_INCOMPLETE}. --via cursor on an agent "
+        f"whose card offers no live trajectory exits {EXIT_NO_LIVE_TRAJECTORY} before "
+        f"sending anything. Every exit code: follower --help.",
     )
     _global_options(follow)
     follow.add_argument(
@@ -190,6 +204,14 @@ def _follow(commands: _Commands) -> None:
         help="the key prefix (default: follow/<task id>/, so that runs never mix)",
     )
     follow.add_argument("--turn", default="turn-1", help="the turn id")
+    follow.add_argument(
+        "--via",
+        choices=[way.value for way in Via],
+        default=None,
+        help="follow the task this way: cursor (the live-trajectory extension's reads), "
+        "stream (the agent's SubscribeToTask stream), poll (polls of GetTask) "
+        "(default: the first of these the card offers)",
+    )
     follow.add_argument(
         "--poll", type=_positive, default=0.5, help="seconds between reads and task checks"
     )
@@ -240,15 +262,20 @@ def _validate(commands: _Commands) -> None:
         help="check on loopback that no follower outlives its step (the operators' table)",
         description="""\
 Run a step against the reference agent on a loopback socket for every step
-outcome (cancelled, raises, returns) x agent x backend, and print a row for
-each: did the step end, how long after the body ended its block exited, the
-reads the agent saw after the body ended and after the block exited, the reads
-the agent failed, and the turn's end.json.
+outcome (cancelled, raises, returns) x agent x way of following x backend, and
+print a row for each: did the step end, how long after the body ended its
+block exited, the reads the agent saw after the body ended and after the block
+exited, the reads the agent failed, and the turn's end.json.
 
 The agents: close (closes every connection), silent (accepts, never answers),
 5xx (answers 503), healthy. Each answers the step's first 2 reads, then turns
 bad; the body ends once the follower has met the fault, so that it is waiting
 to retry (or inside a read that will time out) when the step stops.
+
+The ways (--via): cursor (reads of the live trajectory), stream (the agent's
+SubscribeToTask stream: one read, which an agent turning bad cuts, close and
+5xx, or holds, silent; the next subscription meets the fault), poll (polls of
+GetTask). The same bounds hold for each.
 
 The bounds (from the design): cancelled or raises: no read after the body
 ended, and a prompt exit; returns: an exit within the drain, and at most 1 read
@@ -264,6 +291,13 @@ without trio; without --backend, a missing trio is said and asyncio runs).""",
     _global_options(
         validate,
         backend_help="the async backend to run on (default: both, asyncio then trio)",
+    )
+    validate.add_argument(
+        "--via",
+        action="append",
+        choices=[way.value for way in Via],
+        default=None,
+        help="run the cells of this way of following only (repeatable; default: all three)",
     )
     validate.add_argument(
         "--quick",

@@ -139,6 +139,7 @@ HELP_MENTIONS = {
     ],
     ("follow",): [
         "url",
+        "--via",
         "--task",
         "--message",
         "--store",
@@ -277,6 +278,29 @@ def check_demo_summary(result: subprocess.CompletedProcess[str], store: Path) ->
     return turns
 
 
+STREAMED_SUMMARY = re.compile(
+    r"^  streamed turn-1: (\d+) events? in (\d+) chunks?, ended (\w+), next turn: \(last\)$",
+    re.MULTILINE,
+)
+
+
+def check_streamed_step(result: subprocess.CompletedProcess[str], step: Path) -> StoredTurn:
+    """The demo's streamed step, beside ``step`` (``<step>-streamed``): one turn, as its
+    summary says."""
+    assert re.search(r"^streamed step completed in ", result.stdout, re.MULTILINE), result.stdout
+    said = STREAMED_SUMMARY.search(result.stdout)
+    assert said is not None, result.stdout
+    [turn] = read_linked_turns(step.with_name(f"{step.name}-streamed"), "turn-1")
+    assert int(said.group(1)) == len(turn.events)
+    assert int(said.group(2)) == len(turn.chunks)
+    assert said.group(3) == "completed"
+    assert f"  read back (streamed): {len(turn.events)} events across 1 turn" in result.stdout
+    read_back = re.search(r"^read the streamed step back: (.+)$", result.stdout, re.MULTILINE)
+    assert read_back is not None, result.stdout
+    assert read_back.group(1).endswith(f" tail store steps/{step.name}-streamed/ turn-1")
+    return turn
+
+
 def test_demo_stores_three_linked_ended_turns(demo: DemoRun) -> None:
     result = demo.result
     assert_no_traceback(result)
@@ -294,6 +318,47 @@ def test_demo_stores_three_linked_ended_turns(demo: DemoRun) -> None:
         assert turn.end == {"state": "completed", "next": DEMO_EVENTS, "complete": True}
         assert turn.meta == {"format": SCRIPT.format}
         assert len(turn.events) == DEMO_EVENTS
+
+
+def test_demo_stores_a_streamed_turn_beside_them(demo: DemoRun) -> None:
+    # The agent's stream, as A2A events: its snapshot and updates carry every event once.
+    turn = check_streamed_step(demo.result, demo.step)
+    assert turn.meta == {"format": "a2a-stream/v1"}
+    assert turn.end == {"state": "completed", "next": len(turn.events), "complete": True}
+    assert turn.next_turn == {"turn": None}
+    kinds = [kind for event in turn.events for kind in event]
+    assert len(kinds) == len(turn.events)  # one kind an event
+    assert kinds[0] == "task"
+    assert set(kinds[1:]) <= {"statusUpdate", "artifactUpdate"}, kinds
+    carried: dict[int, list[Any]] = {}
+    for message in messages_in(turn.events):
+        index = re.search(r"-event-(\d+)$", message["messageId"])
+        if index is not None:
+            [part] = message["parts"]
+            carried.setdefault(int(index.group(1)), []).append(without_padding(part["data"]))
+    assert carried == {index: [SCRIPT.event(index)] for index in range(DEMO_EVENTS)}
+    # The tail the demo printed reads it back, as stored.
+    tail = [
+        "--backend",
+        demo.backend,
+        "tail",
+        "store",
+        f"steps/{demo.step.name}-streamed/",
+        "turn-1",
+    ]
+    result = run_cli(tail, demo.cwd)
+    assert result.returncode == EXIT_OK, result.stderr
+    assert printed_events(result.stdout) == turn.events
+
+
+def messages_in(value: Any) -> list[dict[str, Any]]:
+    """Every A2A message inside ``value`` (one with a ``messageId``), in order, at any depth."""
+    if isinstance(value, dict):
+        here = [value] if "messageId" in value else []
+        return here + [m for inner in value.values() for m in messages_in(inner)]
+    if isinstance(value, list):
+        return [m for inner in value for m in messages_in(inner)]
+    return []
 
 
 # --- tail --------------------------------------------------------------------------------
@@ -416,10 +481,14 @@ def follow_args(backend: str, url: str, *args: str) -> list[str]:
 
 
 def assert_ended(result: subprocess.CompletedProcess[str], task_id: str = r"\S+") -> str:
-    """The run says its task first (to resume it by), then how it ended; its id."""
+    """The run says its task first (to resume it by), the way it follows it, then how it
+    ended; its id."""
     assert result.returncode == EXIT_OK, result.stderr
     said = re.fullmatch(
-        rf"follower: task ({task_id})\nfollower: task \1 ended completed\n", result.stderr
+        rf"follower: task ({task_id})\nfollower: following task \1 by cursor reads of its "
+        r"live trajectory \(the card offers a live trajectory\)\n"
+        r"follower: task \1 ended completed\n",
+        result.stderr,
     )
     assert said, result.stderr
     return said.group(1)
@@ -496,18 +565,20 @@ def test_follow_an_unreachable_agent(backend: str, tmp_path: Path) -> None:
     assert result.stdout == ""
 
 
-async def test_follow_an_agent_without_the_live_extension(
+async def test_follow_via_cursor_an_agent_without_the_live_extension(
     anyio_backend: str, tmp_path: Path
 ) -> None:
+    # Without --via, its stream is taken (test_cli_ways); asked for, cursor reads are refused.
     agent = AgentWithoutLiveTrajectory()
     with anyio.fail_after(60):
         async with serving(agent) as url:
             result = await run_cli_async(
-                follow_args(anyio_backend, url, "--message", "hi"), tmp_path
+                follow_args(anyio_backend, url, "--message", "hi", "--via", "cursor"), tmp_path
             )
     message = assert_one_line_error(result, EXIT_NO_LIVE_TRAJECTORY)
     assert "offers no live trajectory" in message
     assert TRAJECTORY_EXTENSION_URI in message
+    assert "without --via cursor" in message
     assert agent.statistics().tasks == 0  # refused before sending anything
 
 

@@ -37,7 +37,8 @@ CLEANUP_BOUNDS_SECONDS = 45.0
 
 
 class CancelHoldingAgent(ReferenceAgent):
-    """The reference agent, but a cancel (``CancelTask``) waits for ``release`` to be answered."""
+    """The reference agent, but a cancel (``CancelTask``, 0.3's ``tasks/cancel``) waits for
+    ``release`` before it is answered."""
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -54,7 +55,8 @@ class CancelHoldingAgent(ReferenceAgent):
             body += message.get("body", b"")
             if not message.get("more_body", False):
                 break
-        if b'"tasks/cancel"' in body or b'"CancelTask"' in body:  # A2A 0.3 or 1.0
+        # The reference agent's card names A2A 1.0, so the command asks with CancelTask.
+        if b'"tasks/cancel"' in body or b'"CancelTask"' in body:
             self.cancel_asked.set()
             await self.release.wait()
         replayed = False

@@ -123,19 +123,30 @@ def test_demo_stores_its_step_in_the_bucket_and_says_where(
     lines = result.stdout.splitlines()
     assert VERDICT in lines
     assert "  read back: 10 events across 2 turns" in lines
+    # The step of cursor-read turns, and its streamed step beside it.
     steps = {key.split("/")[2] for key in keys_in(client, bucket)}
-    assert len(steps) == 1, steps
-    step_key = f"steps/{steps.pop()}/"
+    [name] = [step for step in steps if not step.endswith("-streamed")]
+    assert steps == {name, f"{name}-streamed"}
+    step_key, streamed_key = f"steps/{name}/", f"steps/{name}-streamed/"
     where = f"s3://{bucket}/demo/{step_key}"
     assert f"storing the step under {where}" in lines
-    assert lines[-2] == f"stored under {where}"
-    # The command that reads it back, with the endpoint it was stored through.
-    assert lines[-1].startswith("read it back: ")
-    tail = shlex.split(lines[-1].removeprefix("read it back: "))[1:]
-    assert tail[:3] == ["tail", f"s3://{bucket}/demo/", step_key]
-    step = where.removeprefix(f"s3://{bucket}/")
-    for turn in ("turn-1", "turn-2"):
-        assert f"{step}{turn}/live/end.json" in keys_in(client, bucket, step)
+    assert lines[-3] == f"stored under {where}"
+    # The commands that read them back, with the endpoint they were stored through.
+    for line, key in ((lines[-1], step_key), (lines[-2], streamed_key)):
+        said, command = line.split(": ", 1)
+        assert said == ("read it back" if key == step_key else "read the streamed step back")
+        tail = shlex.split(command)[1:]
+        assert tail == [
+            "tail",
+            f"s3://{bucket}/demo/",
+            key,
+            "turn-1",
+            "--endpoint-url",
+            endpoint_url,
+        ]
+    for key, turns in ((step_key, ("turn-1", "turn-2")), (streamed_key, ("turn-1",))):
+        for turn in turns:
+            assert f"demo/{key}{turn}/live/end.json" in keys_in(client, bucket, f"demo/{key}")
     assert list(tmp_path.iterdir()) == []  # nothing in a folder
 
 

@@ -207,12 +207,13 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int | 
     """The run failed with ``code`` (any non-zero code for None) and said why in one
     ``follower: error:`` line; that line's text.
 
-    A ``follow`` names its task first, so that an interrupted run can be resumed:
-    that line may come before."""
+    A ``follow`` names its task first, so that an interrupted run can be resumed,
+    then the way it follows it: those lines may come before."""
     assert_no_traceback(result)
     lines = result.stderr.splitlines()
-    if len(lines) == 2 and re.fullmatch(r"follower: task \S+", lines[0]):
-        lines = lines[1:]
+    said = re.fullmatch(r"follower: task (\S+)", lines[0]) if len(lines) == 3 else None
+    if said and lines[1].startswith(f"follower: following task {said.group(1)} by "):
+        lines = lines[2:]
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("follower: error: "), result.stderr
     if code is None:
@@ -247,10 +248,18 @@ def without_padding(event: Any) -> Any:
 
 
 def only_step(store: Path) -> Path:
-    """The one step a demo run stored under ``store``: ``store/steps/<step>``."""
-    steps = list((store / "steps").iterdir())
+    """The one step of cursor-read turns a demo run stored under ``store``: ``store/steps/<step>``.
+
+    Its streamed step is beside it, ``<step>-streamed`` (:func:`streamed_step`)."""
+    steps = [path for path in (store / "steps").iterdir() if not path.name.endswith("-streamed")]
     assert len(steps) == 1, steps
     return steps[0]
+
+
+def streamed_step(store: Path) -> Path:
+    """The demo run's streamed step: ``store/steps/<step>-streamed``, beside its first."""
+    step = only_step(store)
+    return step.with_name(f"{step.name}-streamed")
 
 
 # --- agents and addresses ----------------------------------------------------------------
