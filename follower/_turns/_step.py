@@ -21,6 +21,7 @@ from .._format._layout import TurnKeys
 from .._http._exchange import checked_endpoint
 from .._options import (
     DEFAULT_DRAIN_SECONDS,
+    DEFAULT_HEARTBEAT_SECONDS,
     DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_PAGE_BYTES,
     DEFAULT_READ_TIMEOUT_SECONDS,
@@ -82,6 +83,7 @@ def following_live_trajectory(
     max_follow_seconds: float | None = None,
     headers: Mapping[str, str] | None = None,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
 ) -> AbstractAsyncContextManager[LiveTurn]:
     """Follow one turn's live trajectory for the duration of an ``async with`` block.
 
@@ -108,6 +110,11 @@ def following_live_trajectory(
     client's own: the way to reach an agent behind a token without building a
     client. They go only to ``endpoint``, never through a redirect, and are
     never logged.
+
+    While the turn follows a task and is open, its writer stores a heartbeat
+    every ``heartbeat_seconds`` (default 10: 360 puts an hour), so that a reader
+    can tell a writer that stopped without an end mark from one whose task is
+    quiet (:class:`~follower.WriterGoneError`).
     """
     endpoint = live_endpoint(endpoint)
     options = FollowOptions(
@@ -119,6 +126,7 @@ def following_live_trajectory(
         max_event_bytes=max_event_bytes,
         max_follow_seconds=max_follow_seconds,
         headers=headers,
+        heartbeat_seconds=heartbeat_seconds,
     )
     if previous_turn_id is not None:
         TurnKeys(prefix_key, previous_turn_id)  # refused now, not at the first link
@@ -141,7 +149,8 @@ class LiveTurns:
     ``resume=True`` continues turns the store already holds (a retried step);
     :meth:`hand_off` leaves every turn for the next attempt instead of ending it.
     ``max_follow_seconds`` bounds each turn's follower, ``max_page_bytes`` and
-    ``max_event_bytes`` cap each read, and ``headers`` go with each read, as in
+    ``max_event_bytes`` cap each read, ``headers`` go with each read, and each
+    open turn stores a heartbeat every ``heartbeat_seconds``, as in
     :func:`following_live_trajectory`.
     """
 
@@ -168,6 +177,7 @@ class LiveTurns:
         max_follow_seconds: float | None = None,
         headers: Mapping[str, str] | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
     ) -> None:
         endpoint = live_endpoint(endpoint)
         prefix_key = check_prefix(prefix_key)
@@ -180,6 +190,7 @@ class LiveTurns:
             max_event_bytes=max_event_bytes,
             max_follow_seconds=max_follow_seconds,
             headers=headers,
+            heartbeat_seconds=heartbeat_seconds,
         )
         self.__attrs_init__(endpoint, store, prefix_key, resume, options)
 
