@@ -37,6 +37,7 @@ from ._errors import TurnConflictError as TurnConflictError
 from ._errors import TurnExistsError as TurnExistsError
 from ._errors import TurnStateError as TurnStateError
 from ._errors import UsageError as UsageError
+from ._errors import WriterGoneError as WriterGoneError
 from ._format._wire import TrajectoryState as TrajectoryState
 from ._public import name_as_public as _name_as_public
 from ._statistics import LiveTurnsStatistics as LiveTurnsStatistics
@@ -97,6 +98,7 @@ __all__ = (
     "TurnProgress",
     "TurnStateError",
     "UsageError",
+    "WriterGoneError",
     "connect_agent",
     "follow_a2a_task",
     "following_live_trajectory",
