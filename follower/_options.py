@@ -29,7 +29,7 @@ DEFAULT_DRAIN_SECONDS = 60.0
 # A turn's writer writes a heartbeat this often: 360 puts a turn an hour (docs/protocol.md,
 # "The writer's heartbeat", says what that costs on S3), and a reader judges it gone
 # after 3 of them and the listing lag (35 s by default) without one.
-DEFAULT_HEARTBEAT_SECONDS = 10.0
+DEFAULT_WRITER_HEARTBEAT_SECONDS = 10.0
 
 # Extra request fields, as checked (name, value) pairs: hashable, so kept once.
 RequestHeaders = tuple[tuple[str, str], ...]
@@ -124,7 +124,7 @@ class FollowOptions:
     but the drain after stop): past it, following ends as after a failed read
     after stop, and the step goes on.
 
-    ``heartbeat_seconds``: how often a turn's writer stores a heartbeat while
+    ``writer_heartbeat_seconds``: how often a turn's writer stores a heartbeat while
     the turn is open (a turn's option; a lone follower stores none).
 
     Built by :func:`~follower.lowlevel.follow_trajectory`,
@@ -149,8 +149,8 @@ class FollowOptions:
     max_follow_seconds: float | None = attrs.field(
         default=None, validator=_validated(optional_positive_seconds)
     )
-    heartbeat_seconds: float = attrs.field(
-        default=DEFAULT_HEARTBEAT_SECONDS, validator=_validated(positive_seconds)
+    writer_heartbeat_seconds: float = attrs.field(
+        default=DEFAULT_WRITER_HEARTBEAT_SECONDS, validator=_validated(positive_seconds)
     )
     client: httpx.AsyncClient | None = attrs.field(default=None, repr=False)
     # Never shown: a header may carry a token.

@@ -147,7 +147,7 @@ class _TurnBlock:
             endpoint=self.endpoint,
             stored_next=plan.after,
             format=plan.format,
-            heartbeat_seconds=self._options.heartbeat_seconds,
+            heartbeat_seconds=self._options.writer_heartbeat_seconds,
         )
         if plan.starts_follower:
             self._start_follower(task_id)
@@ -199,7 +199,7 @@ class _TurnBlock:
             self._follower_done.set()
 
     async def _beat(self) -> None:
-        """The writer's heartbeats, one every ``heartbeat_seconds`` until the block cancels them.
+        """The writer's heartbeats, one every ``writer_heartbeat_seconds`` until cancelled.
 
         A sign of life for readers while the turn is open and has no end mark,
         the first at once. Each beat is bounded by the interval and never raises
@@ -208,7 +208,7 @@ class _TurnBlock:
         """
         sink = self._sink
         assert sink is not None
-        heart = Heartbeat(self.store, self.keys, self._options.heartbeat_seconds)
+        heart = Heartbeat(self.store, self.keys, self._options.writer_heartbeat_seconds)
         interval = heart.heartbeat_seconds
         due = anyio.current_time()
         while not sink.turn_taken:  # another run's turn: its writer says whether it lives

@@ -21,10 +21,10 @@ from .._format._layout import TurnKeys
 from .._http._exchange import checked_endpoint
 from .._options import (
     DEFAULT_DRAIN_SECONDS,
-    DEFAULT_HEARTBEAT_SECONDS,
     DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_PAGE_BYTES,
     DEFAULT_READ_TIMEOUT_SECONDS,
+    DEFAULT_WRITER_HEARTBEAT_SECONDS,
     FollowOptions,
 )
 from .._statistics import LiveTurnsStatistics
@@ -83,7 +83,7 @@ def following_live_trajectory(
     max_follow_seconds: float | None = None,
     headers: Mapping[str, str] | None = None,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
+    writer_heartbeat_seconds: float = DEFAULT_WRITER_HEARTBEAT_SECONDS,
 ) -> AbstractAsyncContextManager[LiveTurn]:
     """Follow one turn's live trajectory for the duration of an ``async with`` block.
 
@@ -112,7 +112,7 @@ def following_live_trajectory(
     never logged.
 
     While the turn follows a task and is open, its writer stores a heartbeat
-    every ``heartbeat_seconds`` (default 10: 360 puts an hour), so that a reader
+    every ``writer_heartbeat_seconds`` (default 10: 360 puts an hour), so that a reader
     can tell a writer that stopped without an end mark from one whose task is
     quiet (:class:`~follower.WriterGoneError`).
     """
@@ -126,7 +126,7 @@ def following_live_trajectory(
         max_event_bytes=max_event_bytes,
         max_follow_seconds=max_follow_seconds,
         headers=headers,
-        heartbeat_seconds=heartbeat_seconds,
+        writer_heartbeat_seconds=writer_heartbeat_seconds,
     )
     if previous_turn_id is not None:
         TurnKeys(prefix_key, previous_turn_id)  # refused now, not at the first link
@@ -150,7 +150,7 @@ class LiveTurns:
     :meth:`hand_off` leaves every turn for the next attempt instead of ending it.
     ``max_follow_seconds`` bounds each turn's follower, ``max_page_bytes`` and
     ``max_event_bytes`` cap each read, ``headers`` go with each read, and each
-    open turn stores a heartbeat every ``heartbeat_seconds``, as in
+    open turn stores a heartbeat every ``writer_heartbeat_seconds``, as in
     :func:`following_live_trajectory`.
     """
 
@@ -177,7 +177,7 @@ class LiveTurns:
         max_follow_seconds: float | None = None,
         headers: Mapping[str, str] | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-        heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
+        writer_heartbeat_seconds: float = DEFAULT_WRITER_HEARTBEAT_SECONDS,
     ) -> None:
         endpoint = live_endpoint(endpoint)
         prefix_key = check_prefix(prefix_key)
@@ -190,7 +190,7 @@ class LiveTurns:
             max_event_bytes=max_event_bytes,
             max_follow_seconds=max_follow_seconds,
             headers=headers,
-            heartbeat_seconds=heartbeat_seconds,
+            writer_heartbeat_seconds=writer_heartbeat_seconds,
         )
         self.__attrs_init__(endpoint, store, prefix_key, resume, options)
 

@@ -86,7 +86,7 @@ async def test_a_turn_beats_while_it_is_open_and_never_after() -> None:
             TURN,
             poll_interval_seconds=POLL,
             client=agent.client(),
-            heartbeat_seconds=BEAT,
+            writer_heartbeat_seconds=BEAT,
         ) as turn:
             turn.follow("t1")
             await anyio.sleep(10.5 * BEAT)
@@ -153,7 +153,7 @@ async def test_heartbeats_that_fail_cost_the_step_nothing(
             TURN,
             poll_interval_seconds=POLL,
             client=agent.client(),
-            heartbeat_seconds=BEAT,
+            writer_heartbeat_seconds=BEAT,
         ) as turn:
             turn.follow("t1")
             await anyio.sleep(5 * BEAT)
@@ -190,7 +190,7 @@ async def test_a_resumed_turn_beats_on_after_the_stored_heartbeats() -> None:
             TURN,
             poll_interval_seconds=POLL,
             client=agent.client(),
-            heartbeat_seconds=BEAT,
+            writer_heartbeat_seconds=BEAT,
             resume=True,
         ) as turn:
             turn.follow("t1")
