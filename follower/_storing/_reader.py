@@ -9,6 +9,7 @@ beat once and then fell silent for the bound raises :class:`~follower.WriterGone
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Literal, final, overload
 
 import anyio
@@ -246,6 +247,7 @@ class _TurnReader:
     _heartbeat_seq: int | None = attrs.field(init=False, default=None)
     _heartbeat_seconds: float | None = attrs.field(init=False, default=None)  # None: no rule
     _alive_at: float = attrs.field(init=False, factory=anyio.current_time)
+    _looked_at: float = attrs.field(init=False, default=-math.inf)  # the last listing of alive/
     _task_read: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
@@ -295,21 +297,21 @@ class _TurnReader:
         beat = self._heartbeat_seconds
         if beat is None:
             return  # its task.json says no heartbeat: a writer from before them
+        now = anyio.current_time()
         if self.progressed:
-            self._alive_at = anyio.current_time()  # a new chunk is a sign of life too
+            self._alive_at = now  # a new chunk is a sign of life too
             return
-        seen = self._heartbeat_seq is not None
-        if seen and anyio.current_time() - self._alive_at < beat / 2:
-            # Not due: spare the listing. Twice an interval, so a heartbeat is seen at
-            # most half an interval (and a poll) after it is listable, whatever the phase.
+        bound = WRITER_GONE_HEARTBEATS * beat + self.listing_lag_seconds
+        # Looked for twice an interval, so a heartbeat is seen at most half an interval
+        # (and a poll) after a listing can show it, whatever its phase; and once more
+        # before the writer is judged gone, so it never is on a stale look.
+        if now - self._looked_at < beat / 2 and now - self._alive_at < bound:
             return
+        self._looked_at = now
         if await self._new_heartbeat():
             self._alive_at = anyio.current_time()
             return
-        beat = self._heartbeat_seconds
-        assert beat is not None
         silent = anyio.current_time() - self._alive_at
-        bound = WRITER_GONE_HEARTBEATS * beat + self.listing_lag_seconds
         if silent >= bound:
             alive = self.keys.alive
             raise WriterGoneError(

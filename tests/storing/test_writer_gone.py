@@ -273,13 +273,15 @@ async def test_a_writer_that_stops_without_an_end_mark_is_reported_within_the_bo
 
 
 async def test_a_live_writer_of_a_silent_task_is_never_reported() -> None:
-    store = MemoryStore()
+    store = ListingStore()
     await start_turn(store)
     got: list[StoredEvent] = []
     with anyio.fail_after(1000):
         async with anyio.create_task_group() as tg:
             tg.start_soon(read, store, got)
             seq = await beat_for(store, 10 * BOUND)  # silent for 10 bounds, but beating
+            # The reader looks for heartbeats about twice an interval, not at every poll.
+            assert store.listed.count(KEYS.alive) <= 2 * 10 * BOUND / BEAT + 2
             await LiveTrajectoryChunks(store, PREFIX, TURN, stored_next=2).end(
                 TrajectoryState.COMPLETED
             )
