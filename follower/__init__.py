@@ -37,6 +37,7 @@ from ._errors import TurnConflictError as TurnConflictError
 from ._errors import TurnExistsError as TurnExistsError
 from ._errors import TurnStateError as TurnStateError
 from ._errors import UsageError as UsageError
+from ._errors import WriterGoneError as WriterGoneError
 from ._format._a2a import TaskSource as TaskSource
 from ._format._a2a import Via as Via
 from ._format._wire import TrajectoryState as TrajectoryState
@@ -101,6 +102,7 @@ __all__ = (
     "TurnStateError",
     "UsageError",
     "Via",
+    "WriterGoneError",
     "connect_agent",
     "follow_a2a_task",
     "following_live_trajectory",

@@ -30,7 +30,9 @@
     │   ├── ClientClosedError        the caller's httpx client was closed while a follower read
     │   └── TurnExistsError          the turn is stored already, and resume was not asked
     │       └── TurnConflictError        resume was asked, but it is another task's turn
-    └── ReaderIdleError              a reader saw no new object for too long
+    ├── ReaderIdleError              a reader saw no new object for too long
+    └── WriterGoneError              a turn's writer stopped without an end mark
+                                         .heartbeat_seconds .silent_seconds
 
 Every error carries four context attributes, each ``None`` where no layer knew
 it: ``task_id`` (the agent's task), ``turn_id`` (the step's turn), ``url`` (the
@@ -379,6 +381,29 @@ class TurnConflictError(TurnExistsError):
 
 class ReaderIdleError(FollowerError, TimeoutError):
     """A reader of a stored trajectory saw no new object for ``idle_timeout_seconds``."""
+
+
+class WriterGoneError(FollowerError):
+    """A turn's writer stopped without an end mark: no heartbeat of it for longer than the bound.
+
+    ``heartbeat_seconds``: how often the writer said it beat; ``silent_seconds``:
+    how long the reader, on its own clock, saw no new heartbeat and no new chunk.
+    """
+
+    heartbeat_seconds: float | None = None
+    silent_seconds: float | None = None
+
+    def __init__(
+        self,
+        message: object = "",
+        *,
+        heartbeat_seconds: float | None = None,
+        silent_seconds: float | None = None,
+        **context: Unpack[ErrorContext],
+    ) -> None:
+        super().__init__(message, **context)
+        self.heartbeat_seconds = heartbeat_seconds
+        self.silent_seconds = silent_seconds
 
 
 # --- the sentinel -------------------------------------------------------------------

@@ -26,6 +26,10 @@ DEFAULT_MAX_PAGE_BYTES = 16 * 1024 * 1024
 # One event, as compact JSON: half a page, so a page at the cap holds at least two.
 DEFAULT_MAX_EVENT_BYTES = 8 * 1024 * 1024
 DEFAULT_DRAIN_SECONDS = 60.0
+# A turn's writer writes a heartbeat this often: 360 puts a turn an hour (docs/protocol.md,
+# "The writer's heartbeat", says what that costs on S3), and a reader judges it gone
+# after 3 of them and the listing lag (35 s by default) without one.
+DEFAULT_WRITER_HEARTBEAT_SECONDS = 10.0
 
 # Extra request fields, as checked (name, value) pairs: hashable, so kept once.
 RequestHeaders = tuple[tuple[str, str], ...]
@@ -120,6 +124,9 @@ class FollowOptions:
     but the drain after stop): past it, following ends as after a failed read
     after stop, and the step goes on.
 
+    ``writer_heartbeat_seconds``: how often a turn's writer stores a heartbeat while
+    the turn is open (a turn's option; a lone follower stores none).
+
     Built by :func:`~follower.lowlevel.follow_trajectory`,
     :func:`~follower.following_live_trajectory` and :class:`~follower.LiveTurns` from
     their keyword options; raises
@@ -141,6 +148,9 @@ class FollowOptions:
     )
     max_follow_seconds: float | None = attrs.field(
         default=None, validator=_validated(optional_positive_seconds)
+    )
+    writer_heartbeat_seconds: float = attrs.field(
+        default=DEFAULT_WRITER_HEARTBEAT_SECONDS, validator=_validated(positive_seconds)
     )
     client: httpx.AsyncClient | None = attrs.field(default=None, repr=False)
     # Never shown: a header may carry a token.

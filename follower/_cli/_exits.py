@@ -13,6 +13,7 @@ from .._errors import (
     TaskNotFoundError,
     TurnExistsError,
     UsageError,
+    WriterGoneError,
 )
 
 EXIT_OK = 0
@@ -25,6 +26,7 @@ EXIT_BAD_STORE = 6
 EXIT_TURN_EXISTS = 7
 EXIT_BOUND_BROKEN = 8  # validate: a follower outlived its step, or a bound broke
 EXIT_INCOMPLETE = 9  # follow: the task ended, its trajectory was not read to its end
+EXIT_WRITER_GONE = 10  # tail: a turn's writer stopped without an end mark
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports `cat` or `grep` stopped by `| head`
 
@@ -34,8 +36,8 @@ missing extra); {EXIT_UNREACHABLE} the agent is unreachable; {EXIT_NO_LIVE_TRAJE
 --via cursor: the agent offers no live trajectory; {EXIT_UNKNOWN_TASK} unknown task; \
 {EXIT_BAD_STORE} bad store; {EXIT_TURN_EXISTS} the turn is stored for another task; \
 {EXIT_BOUND_BROKEN} validate: a bound broke; {EXIT_INCOMPLETE} follow: the task's trajectory \
-was not read to its end; {EXIT_INTERRUPTED} interrupted (Ctrl-C); {EXIT_BROKEN_PIPE} stdout \
-closed (e.g. by '| head')."""
+was not read to its end; {EXIT_WRITER_GONE} tail: a turn's writer stopped without an end mark; \
+{EXIT_INTERRUPTED} interrupted (Ctrl-C); {EXIT_BROKEN_PIPE} stdout closed (e.g. by '| head')."""
 
 
 class CommandError(Exception):
@@ -61,6 +63,8 @@ def explain(exc: BaseException) -> tuple[str, int] | None:
         return f"the agent is unreachable: {exc}", EXIT_UNREACHABLE
     if isinstance(exc, TaskNotFoundError):
         return f"unknown task: {exc}", EXIT_UNKNOWN_TASK
+    if isinstance(exc, WriterGoneError):
+        return str(exc), EXIT_WRITER_GONE
     if isinstance(exc, TurnExistsError):
         return f"store: {exc}", EXIT_TURN_EXISTS
     if isinstance(exc, StoreError):

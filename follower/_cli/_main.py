@@ -32,6 +32,7 @@ from ._exits import (
     EXIT_UNKNOWN_TASK,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
+    EXIT_WRITER_GONE,
     CommandError,
     explain,
     raised,
@@ -61,6 +62,7 @@ __all__ = [
     "EXIT_UNKNOWN_TASK",
     "EXIT_UNREACHABLE",
     "EXIT_USAGE",
+    "EXIT_WRITER_GONE",
     "main",
 ]
 

@@ -232,8 +232,10 @@ def _tail(commands: _Commands) -> None:
         help="print a stored step's events as they arrive, turn after turn",
         description="Print the events stored under STORE/PREFIX, from TURN on, as JSON "
         'lines {"turn", "index", "event"} (--events-only: the bare events), until the '
-        "step's last turn ends. A step still running, or one whose worker died, has no "
-        "end yet: tail waits for it (and says so on stderr) until --idle-timeout.",
+        "step's last turn ends. A step still running has no end yet: tail waits for it "
+        "(and says so on stderr) until --idle-timeout. A turn whose writer stored heartbeats "
+        "and then stopped without an end mark (a worker that died) ends tail with exit 10, "
+        "3 heartbeat intervals and 5 s after its last sign of life.",
     )
     _global_options(tail)
     tail.add_argument(

@@ -4,10 +4,15 @@ Under ``<prefix_key><turn_id>/live/`` (docs/protocol.md, "The stored layout"):
 
 | object                           | content                                              |
 | ``task.json``                    | ``{"task_id", "endpoint", "started_at"}``, first     |
+|                                  | (and ``"heartbeat_seconds"`` from a writer that beats) |
 | ``<after:08d>-<next:08d>.jsonl`` | one page's events, compact JSON, one per line        |
 | ``meta.json``                    | ``{"format": ...}`` once a page names a format       |
 | ``end.json``                     | ``{"state", "next": <at least stored>, "complete"}`` |
 | ``next.json``                    | ``{"turn": <next turn id or null>}``                 |
+
+and beside it, under ``<prefix_key><turn_id>/alive/``, the writer's heartbeats:
+``<seq:08d>.json``, ``{"seq", "at", "heartbeat_seconds"}``, a new one every
+``heartbeat_seconds`` while the turn is open (readers of the old layout never list them).
 
 This module owns every name, content type, encoder and decoder of that layout;
 the sink, the turns, the reader and the demo all go through it.
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import json
 import json.encoder
+import math
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -34,6 +40,8 @@ TASK = "task.json"
 META = "meta.json"
 END = "end.json"
 NEXT = "next.json"
+# Sequence numbers of up to 18 digits, as positions.
+_HEARTBEAT = re.compile(r"([0-9]{8,18})\.json")
 # Positions of up to 18 digits: any count of events, and never an int() too long to parse.
 _CHUNK = re.compile(r"([0-9]{8,18})-([0-9]{8,18})\.jsonl")
 # A reused encoder: the same bytes as json.dumps(..., separators=...), without building one a
@@ -99,6 +107,14 @@ class TurnKeys:
     def chunk(self, after: int, next_: int) -> str:
         return self.live + chunk_name(after, next_)
 
+    @property
+    def alive(self) -> str:
+        """The folder of the writer's heartbeats, beside :attr:`live` (never inside it)."""
+        return f"{self.prefix_key}{self.turn_id}{ALIVE_FOLDER}"
+
+    def heartbeat(self, seq: int) -> str:
+        return self.alive + heartbeat_name(seq)
+
     def names(self, keys: list[str]) -> list[str]:
         """The object names of listed ``keys`` (the part after :attr:`live`).
 
@@ -144,6 +160,8 @@ def chunk_name(after: int, next_: int) -> str:
 
 
 LIVE_FOLDER = "/live/"
+# Beside live/, not in it: a reader's listing of live/ (and an old reader's) never holds them.
+ALIVE_FOLDER = "/alive/"
 # The longest object name of a turn: a chunk's, at the largest positions a name can hold.
 LONGEST_NAME = len(chunk_name(10**18 - 1, 10**18 - 1))
 
@@ -164,6 +182,19 @@ def chunk_positions(names: list[str]) -> list[tuple[int, int, str]]:
         if parsed is not None:
             found.append((*parsed, name))
     return sorted(found)
+
+
+# --- heartbeats ------------------------------------------------------------------------
+
+
+def heartbeat_name(seq: int) -> str:
+    return f"{seq:08d}.json"
+
+
+def parse_heartbeat_name(name: str) -> int | None:
+    """A heartbeat's sequence number for its name, ``None`` for any other object."""
+    match = _HEARTBEAT.fullmatch(name)
+    return None if match is None else int(match.group(1))
 
 
 def encode_events(events: tuple[Any, ...]) -> bytes:
@@ -283,21 +314,33 @@ class MetaMark:
 
 @attrs.frozen
 class TaskMark:
-    """``task.json``: whose turn this is, written before its first chunk."""
+    """``task.json``: whose turn this is, written before its first chunk.
+
+    ``heartbeat_seconds``: the writer stores a heartbeat that often while the
+    turn is open (``None``: a writer from before heartbeats, or a sink with none).
+    """
 
     task_id: str
     endpoint: str
     started_at: str  # RFC 3339, UTC
+    heartbeat_seconds: float | None = None
 
     @classmethod
-    def started_now(cls, task_id: str, endpoint: str) -> TaskMark:
+    def started_now(
+        cls, task_id: str, endpoint: str, heartbeat_seconds: float | None = None
+    ) -> TaskMark:
         now = datetime.now(UTC).isoformat(timespec="milliseconds")
-        return cls(task_id, endpoint, now.replace("+00:00", "Z"))
+        return cls(task_id, endpoint, now.replace("+00:00", "Z"), heartbeat_seconds)
 
     def encode(self) -> bytes:
-        return encode_json(
-            {"task_id": self.task_id, "endpoint": self.endpoint, "started_at": self.started_at}
-        )
+        mark: dict[str, Any] = {
+            "task_id": self.task_id,
+            "endpoint": self.endpoint,
+            "started_at": self.started_at,
+        }
+        if self.heartbeat_seconds is not None:
+            mark["heartbeat_seconds"] = self.heartbeat_seconds
+        return encode_json(mark)
 
     @classmethod
     def decode(cls, body: bytes, key: str) -> TaskMark:
@@ -315,7 +358,24 @@ class TaskMark:
                 f"stored object {key!r} needs string task_id, endpoint and started_at",
                 key=key,
             )
-        return cls(task_id, endpoint, started_at)
+        seconds = mark.get("heartbeat_seconds")
+        if seconds is not None:
+            seconds = heartbeat_seconds_of(seconds, key)
+        return cls(task_id, endpoint, started_at, seconds)
+
+
+def heartbeat_seconds_of(value: object, key: str) -> float:
+    """A stored ``heartbeat_seconds``, a positive finite number, or :class:`CorruptObjectError`."""
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise CorruptObjectError(
+            f"stored object {key!r} has no positive 'heartbeat_seconds': {value!r:.100}", key=key
+        )
+    return float(value)
 
 
 @attrs.frozen
@@ -358,6 +418,42 @@ class EndMark:
                 f"stored object {key!r} has a 'complete' of {complete!r:.100}", key=key
             )
         return cls(parsed, number, complete)
+
+
+@attrs.frozen
+class HeartbeatMark:
+    """``alive/<seq>.json``: the writer of a turn was alive at ``at``, and beats every so often.
+
+    ``heartbeat_seconds`` tells a reader the bound it judges the writer by; ``at``
+    (RFC 3339, UTC, the writer's clock) is for people: readers never compare it
+    with their own clock.
+    """
+
+    seq: int
+    at: str
+    heartbeat_seconds: float
+
+    @classmethod
+    def beating_now(cls, seq: int, heartbeat_seconds: float) -> HeartbeatMark:
+        now = datetime.now(UTC).isoformat(timespec="milliseconds")
+        return cls(seq, now.replace("+00:00", "Z"), heartbeat_seconds)
+
+    def encode(self) -> bytes:
+        return encode_json(
+            {"seq": self.seq, "at": self.at, "heartbeat_seconds": self.heartbeat_seconds}
+        )
+
+    @classmethod
+    def decode(cls, body: bytes, key: str) -> HeartbeatMark:
+        """Raises :class:`CorruptObjectError` unless ``heartbeat_seconds`` is a positive number."""
+        mark = decode_json_object(body, key)
+        seq, at = mark.get("seq"), mark.get("at")
+        seconds = heartbeat_seconds_of(mark.get("heartbeat_seconds"), key)
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0 or not isinstance(at, str):
+            raise CorruptObjectError(
+                f"stored heartbeat {key!r} needs a count 'seq' and a string 'at'", key=key
+            )
+        return cls(seq, at, seconds)
 
 
 @attrs.frozen

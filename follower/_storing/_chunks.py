@@ -49,11 +49,12 @@ class LiveTrajectoryChunks:
     mark never claims an event that is not stored. A put that finds the store
     unavailable (:class:`~follower.StoreUnavailableError`) is retried with
     backoff for up to two minutes before the call returns or raises, so chunks
-    land in order, each once. Given ``task_id`` (and the
-    ``endpoint`` it is read from), the sink writes ``task.json`` before any other
-    object of the turn; ``stored_next`` and ``format`` let it continue a turn
-    already stored (a resume). ``chunks_stored``, ``events_stored`` and
-    ``bytes_stored`` count the chunks this sink wrote, once each put returned.
+    land in order, each once. Given ``task_id`` (and the ``endpoint`` it is
+    read from), the sink writes ``task.json`` before any other object of the
+    turn, naming ``heartbeat_seconds`` when its writer stores heartbeats;
+    ``stored_next`` and ``format`` let it continue a turn already stored (a
+    resume). ``chunks_stored``, ``events_stored`` and ``bytes_stored`` count
+    the chunks this sink wrote, once each put returned.
     """
 
     _store: ObjectStore
@@ -61,6 +62,8 @@ class LiveTrajectoryChunks:
     turn_id: str
     _task_id: str | None = attrs.field(default=None, kw_only=True)
     _endpoint: str = attrs.field(default="", kw_only=True, converter=scrub)  # kept hidden
+    # The writer's heartbeat interval, told readers in task.json (None: it stores none).
+    _heartbeat_seconds: float | None = attrs.field(default=None, kw_only=True)
     stored_next: int = attrs.field(default=0, kw_only=True)
     format: str | None = attrs.field(default=None, kw_only=True)
     final_state: TrajectoryState | None = attrs.field(init=False, default=None)
@@ -81,7 +84,11 @@ class LiveTrajectoryChunks:
     def __attrs_post_init__(self) -> None:
         task_id, turn_id = self._task_id, self.turn_id
         self._keys = TurnKeys(self._prefix_key, turn_id)
-        self._task = None if task_id is None else TaskMark.started_now(task_id, self._endpoint)
+        self._task = (
+            None
+            if task_id is None
+            else TaskMark.started_now(task_id, self._endpoint, self._heartbeat_seconds)
+        )
         self._log_extra = {"task_id": task_id, "turn_id": turn_id}
         self._context = {"task_id": task_id, "turn_id": turn_id}
         self._failing = FailureStreak(

@@ -2,18 +2,40 @@
 
 The reader is a tail: it waits for new objects as long as its caller lets it
 (or until ``idle_timeout_seconds`` pass with nothing new), because a missing
-``next.json`` cannot tell a step still working from a worker that died.
+``next.json`` cannot tell a step still working from a worker that died. Inside
+a turn that has no end mark, the writer's heartbeats can: a turn whose writer
+beat once and then fell silent for the bound raises :class:`~follower.WriterGoneError`.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Literal, final, overload
 
 import anyio
 import attrs
 
-from .._errors import CorruptObjectError, FollowerError, ReaderIdleError, add_context
-from .._format._layout import END, NEXT, EndMark, NextLink, TurnKeys, chunk_positions, decode_events
+from .._errors import (
+    CorruptObjectError,
+    FollowerError,
+    ReaderIdleError,
+    WriterGoneError,
+    add_context,
+)
+from .._format._layout import (
+    END,
+    NEXT,
+    TASK,
+    EndMark,
+    HeartbeatMark,
+    NextLink,
+    TaskMark,
+    TurnKeys,
+    chunk_positions,
+    decode_events,
+    heartbeat_name,
+    parse_heartbeat_name,
+)
 from .._options import positive_seconds
 from .._stores._protocol import folder_version, list_keys
 
@@ -28,6 +50,9 @@ DEFAULT_READER_POLL_SECONDS = 1.0
 # consistent one lists an object late, and unevenly): past it, an end mark counting
 # events that no listing shows is corrupt.
 DEFAULT_LISTING_LAG_SECONDS = 5.0
+# A turn's writer is gone once the reader has seen no new heartbeat (nor chunk) for this many
+# of its heartbeat intervals, plus the listing lag, on the reader's own clock.
+WRITER_GONE_HEARTBEATS = 3
 
 
 @final
@@ -102,6 +127,13 @@ async def read_live_trajectory(
     stored objects contradict each other. ``listing_lag_seconds`` is how late the
     store's listings may show an object after its put (an end mark listed before
     a chunk below it is waited on that long, on the reader's clock).
+
+    Raises :class:`~follower.WriterGoneError` when a turn without an end mark
+    has a writer that stored heartbeats, and the reader has seen no new
+    heartbeat and no new chunk of it for 3 heartbeat intervals plus
+    ``listing_lag_seconds`` of its own clock: the writer stopped without an end
+    mark. A turn with no heartbeat (stored before they existed) is waited on
+    as before.
     """
     keys = TurnKeys(prefix_key, turn_id)
     positive_seconds("poll_interval_seconds", poll_interval_seconds)
@@ -210,6 +242,13 @@ class _TurnReader:
     _gap: bool = attrs.field(init=False, default=False)  # the last pass stopped past the cursor
     # The last listing after a chunk, if versioned.
     _listing: _Listing | None = attrs.field(init=False, default=None)
+    # The writer's heartbeats: the newest seen (its number and key), the interval it
+    # gave, and when the reader last saw a sign of life (a new heartbeat or chunk).
+    _heartbeat_seq: int | None = attrs.field(init=False, default=None)
+    _heartbeat_seconds: float | None = attrs.field(init=False, default=None)  # None: no rule
+    _alive_at: float = attrs.field(init=False, factory=anyio.current_time)
+    _looked_at: float = attrs.field(init=False, default=-math.inf)  # the last listing of alive/
+    _task_read: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
         self.prefix = self.keys.live
@@ -233,6 +272,81 @@ class _TurnReader:
             self.next_turn = NextLink.decode(await self._get(NEXT), self.prefix + NEXT).turn
             self.done = True
             self.progressed = True
+        if not self._task_read and TASK in names:
+            await self._note_task()
+        if not self.done and self.end is None:
+            await self._watch_writer()
+
+    async def _note_task(self) -> None:
+        """Learn from ``task.json`` whether the turn's writer beats, and how often."""
+        self._task_read = True
+        task = TaskMark.decode(await self._get(TASK), self.prefix + TASK)
+        if task.heartbeat_seconds is not None:
+            self._heartbeat_seconds = task.heartbeat_seconds
+            self._alive_at = anyio.current_time()  # the writer's word is a sign of life
+
+    async def _watch_writer(self) -> None:
+        """Raise :class:`WriterGoneError` once the turn's heartbeats stopped for the bound.
+
+        Judged on the reader's own clock only (how long since it last saw a new
+        heartbeat or chunk), never by comparing the writer's clock with its own,
+        so a skewed clock on either side cannot make a live writer look gone.
+        A turn whose ``task.json`` names no ``heartbeat_seconds`` (an older
+        writer's, or none yet) is never judged, and costs no listing.
+        """
+        beat = self._heartbeat_seconds
+        if beat is None:
+            return  # its task.json says no heartbeat: a writer from before them
+        now = anyio.current_time()
+        if self.progressed:
+            self._alive_at = now  # a new chunk is a sign of life too
+            return
+        bound = WRITER_GONE_HEARTBEATS * beat + self.listing_lag_seconds
+        # Looked for twice an interval, so a heartbeat is seen at most half an interval
+        # (and a poll) after a listing can show it, whatever its phase; and once more
+        # before the writer is judged gone, so it never is on a stale look.
+        if now - self._looked_at < beat / 2 and now - self._alive_at < bound:
+            return
+        self._looked_at = now
+        if await self._new_heartbeat():
+            self._alive_at = anyio.current_time()
+            return
+        silent = anyio.current_time() - self._alive_at
+        if silent >= bound:
+            alive = self.keys.alive
+            raise WriterGoneError(
+                f"the writer of turn {self.turn_id!r} stopped without an end mark: no new "
+                f"heartbeat under {alive!r} nor chunk for {silent:.1f} s of this reader's "
+                f"clock (it beat every {beat:g} s; the bound is {WRITER_GONE_HEARTBEATS} x "
+                f"{beat:g} s + {self.listing_lag_seconds:g} s of listing lag)",
+                heartbeat_seconds=beat,
+                silent_seconds=silent,
+                turn_id=self.turn_id,
+                key=alive,
+            )
+
+    async def _new_heartbeat(self) -> bool:
+        """Whether the writer stored a heartbeat the reader had not seen; notes its interval."""
+        alive, seen = self.keys.alive, self._heartbeat_seq
+        start_after = (
+            None if seen is None or seen >= _ORDERED_POSITIONS else alive + heartbeat_name(seen)
+        )
+        newest: tuple[int, str] | None = None
+        for key in await list_keys(self.store, alive, start_after=start_after):
+            if not (isinstance(key, str) and key.startswith(alive)):
+                raise CorruptObjectError(
+                    f"listing {alive!r} gave what is not a key under it: {key!r:.200}", key=alive
+                )
+            seq = parse_heartbeat_name(key[len(alive) :])
+            if seq is None or (seen is not None and seq <= seen):
+                continue
+            if newest is None or seq > newest[0]:
+                newest = (seq, key)
+        if newest is None:
+            return False
+        mark = HeartbeatMark.decode(await self.store.get(newest[1]), newest[1])
+        self._heartbeat_seq, self._heartbeat_seconds = newest[0], mark.heartbeat_seconds
+        return True
 
     def _start_after(self) -> str | None:
         if self._last_read is None or self.cursor >= _ORDERED_POSITIONS:

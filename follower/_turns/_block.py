@@ -28,6 +28,7 @@ from .._reading._ways import FOLLOWERS
 from .._retries import failure_reason
 from .._statistics import LiveTurnStatistics
 from .._storing._chunks import LiveTrajectoryChunks, write_next_turn
+from .._storing._heartbeat import Heartbeat
 from .._storing._stored_turn import StoredTurn, read_stored_turn
 from ._chain import TurnProgress
 from ._endings import bounded_cleanup, exit_unwrapped, outcome_of, run_cleanup
@@ -153,9 +154,12 @@ class _TurnBlock:
             endpoint=self.endpoint,
             stored_next=plan.after,
             format=plan.format,
+            heartbeat_seconds=self._options.writer_heartbeat_seconds,
         )
         if plan.starts_follower:
             self._start_follower(task_id)
+            assert self._tg is not None
+            self._tg.start_soon(self._beat, name=f"heartbeat {self.turn_id}")
         if plan.links_from is not None:
             assert self._tg is not None
             self._tg.start_soon(self._write_link, name=f"link {plan.links_from} -> {self.turn_id}")
@@ -181,6 +185,9 @@ class _TurnBlock:
         assert sink is not None
         try:
             with follower_failures_logged(self.turn_id, task_id, self.endpoint):
+                # Whose turn it is, and that its writer beats, at once: a reader of a
+                # task that stays silent must know what to judge its writer by.
+                await sink.store_task()
                 follow = FOLLOWERS[self.source.via]
                 await follow(
                     self.source,
@@ -198,6 +205,25 @@ class _TurnBlock:
                 # this run, must not link from another run's turn.
                 self.record.taken_by_another_run()
             self._follower_done.set()
+
+    async def _beat(self) -> None:
+        """The writer's heartbeats, one every ``writer_heartbeat_seconds`` until cancelled.
+
+        A sign of life for readers while the turn is open and has no end mark,
+        the first at once. Each beat is bounded by the interval and never raises
+        (``Heartbeat.beat``), so the beats cost the step nothing but their puts;
+        a beat that overran is followed by the next at once, never by a burst.
+        """
+        sink = self._sink
+        assert sink is not None
+        heart = Heartbeat(self.store, self.keys, self._options.writer_heartbeat_seconds)
+        interval = heart.heartbeat_seconds
+        due = anyio.current_time()
+        while not sink.turn_taken:  # another run's turn: its writer says whether it lives
+            with anyio.move_on_after(interval):
+                await heart.beat()
+            due = max(due + interval, anyio.current_time())
+            await anyio.sleep_until(due)
 
     async def _write_link(self) -> None:
         previous = self.record.link_to_write()

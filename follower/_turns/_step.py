@@ -25,6 +25,7 @@ from .._options import (
     DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_PAGE_BYTES,
     DEFAULT_READ_TIMEOUT_SECONDS,
+    DEFAULT_WRITER_HEARTBEAT_SECONDS,
     FollowOptions,
 )
 from .._statistics import LiveTurnsStatistics
@@ -90,6 +91,7 @@ def following_live_trajectory(
     max_follow_seconds: float | None = None,
     headers: Mapping[str, str] | None = None,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    writer_heartbeat_seconds: float = DEFAULT_WRITER_HEARTBEAT_SECONDS,
 ) -> AbstractAsyncContextManager[LiveTurn]:
     """Follow one turn's live trajectory for the duration of an ``async with`` block.
 
@@ -116,6 +118,11 @@ def following_live_trajectory(
     client's own: the way to reach an agent behind a token without building a
     client. They go only to ``endpoint``, never through a redirect, and are
     never logged.
+
+    While the turn follows a task and is open, its writer stores a heartbeat
+    every ``writer_heartbeat_seconds`` (default 10: 360 puts an hour), so that a reader
+    can tell a writer that stopped without an end mark from one whose task is
+    quiet (:class:`~follower.WriterGoneError`).
     """
     source = live_source(endpoint)
     options = FollowOptions(
@@ -127,6 +134,7 @@ def following_live_trajectory(
         max_event_bytes=max_event_bytes,
         max_follow_seconds=max_follow_seconds,
         headers=headers,
+        writer_heartbeat_seconds=writer_heartbeat_seconds,
     )
     if previous_turn_id is not None:
         TurnKeys(prefix_key, previous_turn_id)  # refused now, not at the first link
@@ -149,7 +157,8 @@ class LiveTurns:
     ``resume=True`` continues turns the store already holds (a retried step);
     :meth:`hand_off` leaves every turn for the next attempt instead of ending it.
     ``max_follow_seconds`` bounds each turn's follower, ``max_page_bytes`` and
-    ``max_event_bytes`` cap each read, and ``headers`` go with each read, as in
+    ``max_event_bytes`` cap each read, ``headers`` go with each read, and each
+    open turn stores a heartbeat every ``writer_heartbeat_seconds``, as in
     :func:`following_live_trajectory`.
     """
 
@@ -176,6 +185,7 @@ class LiveTurns:
         max_follow_seconds: float | None = None,
         headers: Mapping[str, str] | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        writer_heartbeat_seconds: float = DEFAULT_WRITER_HEARTBEAT_SECONDS,
     ) -> None:
         source = live_source(endpoint)
         prefix_key = check_prefix(prefix_key)
@@ -188,6 +198,7 @@ class LiveTurns:
             max_event_bytes=max_event_bytes,
             max_follow_seconds=max_follow_seconds,
             headers=headers,
+            writer_heartbeat_seconds=writer_heartbeat_seconds,
         )
         self.__attrs_init__(source, store, prefix_key, resume, options)
 

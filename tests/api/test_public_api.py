@@ -89,6 +89,7 @@ EVERYDAY_NAMES = {
     "TurnExistsError",
     "TurnConflictError",
     "ReaderIdleError",
+    "WriterGoneError",
 }
 LOWLEVEL_NAMES = {
     "follow_trajectory",

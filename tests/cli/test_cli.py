@@ -31,8 +31,9 @@ from follower._cli._main import (
     EXIT_UNKNOWN_TASK,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
+    EXIT_WRITER_GONE,
 )
-from follower._format._layout import TurnKeys
+from follower._format._layout import HeartbeatMark, TurnKeys
 from follower._format._wire import TRAJECTORY_EXTENSION_URI
 from follower._storing._chunks import write_next_turn
 from follower.lowlevel import LiveTrajectoryChunks, TrajectoryBatch
@@ -430,6 +431,27 @@ def test_tail_gives_up_on_a_turn_that_never_ends(tmp_path: Path) -> None:
     message = assert_one_line_error(result, EXIT_ERROR)
     assert "step/t2/live/" in message
     assert "0.5 s" in message
+
+
+async def write_turn_whose_writer_is_gone(root: Path) -> None:
+    """A turn whose writer beat every 0.2 s, stored an event, and stopped: no end mark."""
+    store = FilesystemStore(root)
+    sink = LiveTrajectoryChunks(
+        store, "step/", "t1", task_id="k1", endpoint="http://agent.test/", heartbeat_seconds=0.2
+    )
+    await sink(TrajectoryBatch(0, 1, ("a",), "test/v1", TrajectoryState.RUNNING, False))
+    beat = HeartbeatMark.beating_now(0, 0.2).encode()
+    await store.put(TurnKeys("step/", "t1").heartbeat(0), beat, content_type="application/json")
+
+
+def test_tail_says_when_a_turns_writer_stopped_without_an_end_mark(tmp_path: Path) -> None:
+    anyio.run(write_turn_whose_writer_is_gone, tmp_path / "store")
+    # No --idle-timeout: a tail waits for ever on a turn of a live writer, not on this one.
+    result = run_cli(["tail", "store", "step/", "t1", "--poll", "0.1"], tmp_path)
+    assert json_lines(result.stdout) == [{"turn": "t1", "index": 0, "event": "a"}]
+    message = assert_one_line_error(result, EXIT_WRITER_GONE)
+    assert "the writer of turn 't1' stopped without an end mark" in message
+    assert "step/t1/alive/" in message
 
 
 # --- agent -------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ from follower import (
     TurnExistsError,
     TurnStateError,
     UsageError,
+    WriterGoneError,
     connect_agent,
     following_live_trajectory,
     read_live_trajectory,
@@ -509,6 +510,25 @@ async def a_reader_that_sees_nothing(expected: dict[str, Any]) -> None:
         pass
 
 
+@case(
+    WriterGoneError,
+    named=("turn_id", "key"),
+    key=f"{PREFIX}{TURN}/alive/",
+    turn_id=TURN,
+    heartbeat_seconds=0.05,
+)
+async def a_reader_whose_writer_stopped_without_an_end_mark(expected: dict[str, Any]) -> None:
+    store = MemoryStore()
+    # A writer that said it beats every 0.05 s, then died before its first beat.
+    await LiveTrajectoryChunks(
+        store, PREFIX, TURN, task_id=TASK, heartbeat_seconds=0.05
+    ).store_task()
+    async for _ in read_live_trajectory(
+        store, PREFIX, TURN, poll_interval_seconds=0.01, listing_lag_seconds=0.05
+    ):
+        pass
+
+
 # --- the checks --------------------------------------------------------------------------
 
 
@@ -605,6 +625,8 @@ def test_every_exported_error_pickles_with_its_attributes() -> None:
             "code": -1,
             "after": 3,
             "reason": MalformedPageReason.BAD_FIELD,
+            "heartbeat_seconds": 10.0,
+            "silent_seconds": 35.5,
         }
         keywords = values | {n: own[n] for n in all_attributes(cls) if n in own}
         exc = cls("what\nhappened", **keywords)

@@ -397,6 +397,45 @@ QUOTES = (
     ),
     # --- reading back ----------------------------------------------------------------------
     Quoted(
+        "DEFAULT_WRITER_HEARTBEAT_SECONDS",
+        C.DEFAULT_WRITER_HEARTBEAT_SECONDS,
+        (
+            ("docs/protocol.md", "every `writer_heartbeat_seconds` (default {})"),
+            ("docs/protocol.md", "default {:s}, `DEFAULT_WRITER_HEARTBEAT_SECONDS`"),
+            ("follower/_turns/_step.py", "every ``writer_heartbeat_seconds`` (default {}:"),
+        ),
+        aliases=("writer_heartbeat_seconds",),
+    ),
+    Quoted(
+        "WRITER_GONE_HEARTBEATS",
+        C.WRITER_GONE_HEARTBEATS,
+        (
+            ("docs/protocol.md", "(`WRITER_GONE_HEARTBEATS` = {})"),
+            ("docs/protocol.md", "> {} x `heartbeat_seconds` + `listing_lag_seconds`"),
+            ("docs/errors.md", "for {} x `heartbeat_seconds` + `listing_lag_seconds`"),
+            ("docs/reading.md", "once none has appeared for {} heartbeat intervals"),
+            ("follower/_storing/_reader.py", "for {} heartbeat intervals plus"),
+        ),
+    ),
+    Quoted(
+        "a writer's heartbeats a turn an hour, at the default interval",
+        3600 / C.DEFAULT_WRITER_HEARTBEAT_SECONDS,
+        (
+            ("docs/protocol.md", "**{} at the default**"),
+            ("follower/_options.py", "{} puts a turn an hour"),
+            ("follower/_turns/_step.py", "(default 10: {} puts an hour)"),
+        ),
+    ),
+    Quoted(
+        "the writer-gone bound at the defaults (3 beats and the listing lag)",
+        C.WRITER_GONE_HEARTBEATS * C.DEFAULT_WRITER_HEARTBEAT_SECONDS
+        + C.DEFAULT_LISTING_LAG_SECONDS,
+        (
+            ("docs/reading.md", "({:s} with the defaults)"),
+            ("follower/_options.py", "the listing lag ({:s} by default)"),
+        ),
+    ),
+    Quoted(
         "DEFAULT_LISTING_LAG_SECONDS",
         C.DEFAULT_LISTING_LAG_SECONDS,
         (
@@ -654,6 +693,20 @@ def test_the_figures_the_docs_relate_are_related_in_the_code() -> None:
     ) // C.CHUNK_WIRE_BYTES
     assert round(chunks, -5) == 500_000
     assert "(about 500,000 chunks at the default)" in prose("docs/protocol.md")
+    # docs/protocol.md, "The writer's heartbeat": when a stopped writer is reported, and how
+    # late a live writer's beat may land, at the defaults (a reader's 1 s poll).
+    beat, lag = C.DEFAULT_WRITER_HEARTBEAT_SECONDS, C.DEFAULT_LISTING_LAG_SECONDS
+    poll, beats = C.DEFAULT_READER_POLL_SECONDS, C.WRITER_GONE_HEARTBEATS
+    reported = (beats + 0.5) * beat + 2 * lag + 2 * poll
+    gap = beats * beat + lag - beat / 2 - poll
+    assert (reported, reported - lag, gap, gap - beat) == (47, 42, 29, 19)
+    heartbeat = prose("docs/protocol.md")
+    assert "(10 s, 5 s, and a 1 s poll) that is 47 s;" in heartbeat
+    assert "the report comes by 42 s" in heartbeat
+    assert "29 s at the defaults, so a beat may be 19 s late" in heartbeat
+    # ... and what it costs: 360 puts at S3's $0.005 per 1,000.
+    assert "that is $0.0018 a turn an hour: $1.80 an hour for 1,000 turns" in heartbeat
+    assert round(3600 / beat * 0.005 / 1000, 6) == 0.0018
     # follower/testing: the default oversized page is "one byte over the library's default cap".
     assert Fault.oversized().size_bytes == C.DEFAULT_MAX_PAGE_BYTES + 1
 

@@ -59,7 +59,12 @@ BUILDERS: list[Callable[..., object]] = [_block, _turns]
 
 @pytest.mark.parametrize("build", BUILDERS, ids=["following_live_trajectory", "LiveTurns"])
 @pytest.mark.parametrize(
-    ("option", "value"), [*BAD_OPTIONS, *[("drain_seconds", v) for v in BAD_DRAIN]]
+    ("option", "value"),
+    [
+        *BAD_OPTIONS,
+        *[("drain_seconds", v) for v in BAD_DRAIN],
+        *[("writer_heartbeat_seconds", v) for v in BAD_SECONDS],
+    ],
 )
 def test_a_bad_option_is_refused_at_the_call(
     build: Callable[..., object], option: str, value: Any

@@ -58,13 +58,18 @@ def deep_object(depth: int) -> bytes:
     return b'{"state":"completed","next":1,"x":' + nested(depth - 1) + b"}"
 
 
+TASK = b'{"task_id":"k","endpoint":"e","started_at":"s"}'
+
+
 async def stored_turn(
-    chunk: bytes = b"{}\n", end: bytes = END, link: bytes = NEXT, store: Any = None
+    chunk: bytes = b"{}\n",
+    end: bytes = END,
+    link: bytes = NEXT,
+    store: Any = None,
+    task: bytes = TASK,
 ) -> Any:
     store = MemoryStore() if store is None else store
-    await store.put(
-        KEYS.task, b'{"task_id":"k","endpoint":"e","started_at":"s"}', content_type=JSON
-    )
+    await store.put(KEYS.task, task, content_type=JSON)
     await store.put(CHUNK, chunk, content_type="application/jsonl")
     await store.put(KEYS.end, end, content_type=JSON)
     await store.put(KEYS.next, link, content_type=JSON)
@@ -279,6 +284,11 @@ CORRUPT_MARKS = [
     pytest.param("next", b'{"turn":"' + b"t" * 256 + b'"}', id="next-turn-too-long"),
     pytest.param("next", b"{}", id="next-no-turn"),
     pytest.param("task", b'{"task_id":1,"endpoint":"e","started_at":"s"}', id="task-id-a-number"),
+    pytest.param(
+        "task",
+        b'{"task_id":"k","endpoint":"e","started_at":"s","heartbeat_seconds":-1}',
+        id="task-heartbeat-negative",
+    ),
 ]
 
 
@@ -289,12 +299,14 @@ async def test_a_mark_of_the_wrong_shape_is_corrupt(mark: str, body: bytes) -> N
     await store.put(key, body, content_type=JSON)
     with pytest.raises(CorruptObjectError, match=repr(key)):
         await read_stored_turn(store, KEYS)
-    if mark != "task":  # the reader reads no task.json
-        store = await stored_turn(
-            end=body if mark == "end" else END, link=body if mark == "next" else NEXT
-        )
-        with pytest.raises(CorruptObjectError, match=repr(key)):
-            await read_all(store)
+    # The reader reads task.json too: it names the writer's heartbeat interval.
+    store = await stored_turn(
+        end=body if mark == "end" else END,
+        link=body if mark == "next" else NEXT,
+        task=body if mark == "task" else TASK,
+    )
+    with pytest.raises(CorruptObjectError, match=repr(key)):
+        await read_all(store)
 
 
 class GarbageStore(MemoryStore):

@@ -23,7 +23,7 @@ import attrs
 import httpx
 
 from follower import MemoryStore, ObjectExistsError, StoreError, TrajectoryState
-from follower._format._layout import parse_chunk_name
+from follower._format._layout import ALIVE_FOLDER, parse_chunk_name
 
 from ..support.agents import cursor_page
 from .records import PutRecord, ReadRecord
@@ -168,8 +168,15 @@ class WorldStore(MemoryStore):
             kind: list(getattr(script, kind)) for kind in ("chunk", *MARK_KINDS)
         }
         self.puts: list[PutRecord] = []
+        self.heartbeats: list[str] = []  # the writers' signs of life, beside the turns
 
     async def put(self, key: str, body: bytes, *, content_type: str) -> None:
+        if ALIVE_FOLDER in key:
+            # Not the turn's objects, nor scripted: a heartbeat's put costs the step
+            # nothing, whatever it does (tests/storing/test_writer_gone.py).
+            await super().put(key, body, content_type=content_type)
+            self.heartbeats.append(key)
+            return
         world = self.world
         kind = _kind(key)
         queue = self.queues[kind]

@@ -42,6 +42,7 @@ from typing import Any
 
 from follower import FollowerError, TrajectoryState
 from follower._format._layout import parse_chunk_name
+from follower._options import DEFAULT_WRITER_HEARTBEAT_SECONDS
 from follower._turns._endings import CLEANUP_SECONDS, CLEANUP_WRITE_SECONDS
 from follower.lowlevel import TrajectoryBatch
 
@@ -354,7 +355,11 @@ def _check_task_mark(world: World, k: int) -> None:
         first = landed[0]
         assert first.end is not None
         mark = json.loads(first.body)
-        expected = {"task_id": task_id(k), "endpoint": ENDPOINT}
+        expected = {
+            "task_id": task_id(k),
+            "endpoint": ENDPOINT,
+            "heartbeat_seconds": DEFAULT_WRITER_HEARTBEAT_SECONDS,
+        }
         if (
             set(mark) != {*expected, "started_at"}
             or {field: mark[field] for field in expected} != expected

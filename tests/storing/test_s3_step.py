@@ -69,6 +69,11 @@ def short_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(follower._turns._endings, "CLEANUP_SECONDS", CLEANUP_BOUND_SECONDS)
 
 
+def live_names(client: Any, bucket: str) -> list[str]:
+    """The names of the turn's objects in its live folder (its heartbeats are stored beside)."""
+    return [key.removeprefix(LIVE) for key in raw_keys(client, bucket) if key.startswith(LIVE)]
+
+
 def is_chunk(request: Any) -> bool:
     return str(request.url).split("?")[0].endswith(".jsonl")
 
@@ -159,7 +164,7 @@ async def test_a_store_that_fails_mid_step_leaves_the_step_its_outcome_and_what_
             assert caught.value is failure
         else:
             assert await step() == "the step's result"
-    names = [key.removeprefix(LIVE) for key in raw_keys(client, bucket)]
+    names = live_names(client, bucket)
     assert names == [
         "00000000-00000002.jsonl",
         "00000002-00000004.jsonl",
@@ -238,7 +243,7 @@ async def test_a_stalled_put_past_its_bound_and_a_resumed_attempt_store_every_ev
             assert took < bound, f"the block took {took:.1f} s, its bounds {bound:.1f} s"
             assert not release.is_set()
             assert stalled == ["00000002-00000004.jsonl"]
-            held = [key.removeprefix(LIVE) for key in raw_keys(client, bucket)]
+            held = live_names(client, bucket)
             assert held == ["00000000-00000002.jsonl", "meta.json", "task.json"]
             assert_whole(client, bucket)
 
@@ -272,5 +277,5 @@ async def test_a_stalled_put_past_its_bound_and_a_resumed_attempt_store_every_ev
         (n, n) for n in range(6)
     ]
     assert items[-1] == TurnEnd("turn-1", TrajectoryState.COMPLETED, 6, True, None)
-    names = [key.removeprefix(LIVE) for key in raw_keys(client, bucket)]
+    names = live_names(client, bucket)
     assert "00000002-00000004.jsonl" in names

@@ -353,7 +353,9 @@ async def test_task_json_says_whose_turn_it_is_before_the_first_chunk(store: Obj
             self.inner = inner
 
         async def put(self, key: str, body: bytes, *, content_type: str) -> None:
-            if not key.endswith("task.json") and not seen_first_chunk_with:
+            # Heartbeats are stored beside the turn's folder, not in it.
+            in_turn = key.startswith(live("turn-1"))
+            if in_turn and not key.endswith("task.json") and not seen_first_chunk_with:
                 seen_first_chunk_with.append(await self.inner.list(live("turn-1")))
             await self.inner.put(key, body, content_type=content_type)
 

@@ -401,9 +401,11 @@ class FlakyStore(MemoryStore):
         self.fail_from = fail_from
         self.hang = hang
         self.hang_all = hang_all
+        self.hanging = anyio.Event()  # a put hangs now
 
     async def put(self, key: str, body: bytes, *, content_type: str) -> None:
         if self.hang_all:
+            self.hanging.set()
             await anyio.sleep_forever()
         if key.endswith(".jsonl"):
             self.chunk_puts += 1
@@ -446,7 +448,7 @@ async def test_hanging_store_cannot_hang_the_step(ending: str) -> None:
         try:
             async with turn_block(agent, store, drain_seconds=3.0) as turn:
                 turn.follow("t1")
-                await agent.wait_reads(1)
+                await store.hanging.wait()  # task.json, the turn's first write, hangs
                 if ending == "raises":
                     raise ValueError("body")
                 if ending == "cancelled":
