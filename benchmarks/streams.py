@@ -11,7 +11,9 @@ process, storing into a store that notes when each chunk landed. Figures:
 - **idle**: N streams open on tasks that send nothing more, this process's CPU per idle
   follower-second and RSS per open stream, beside N cursor followers polling every second;
 - **events**: CPU per event stored, N streams each receiving an event a second;
-- **teardown**: the step cancelled with N streams open: cancel -> every follower gone.
+- **teardown**: the step cancelled with N streams open: cancel -> every follower gone; and a
+  step of one streamed turn cancelled, again and again: cancel -> its block exited, and how many
+  times the agent saw a subscription after a cancel.
 
 Nothing is asserted. ``--quick`` is a smoke run (small N, short windows).
 
@@ -168,6 +170,34 @@ async def idle(agent: Agent, via: Via, n: int, seconds: float) -> dict[str, Any]
     }
 
 
+async def teardown_one(agent: Agent, repeats: int) -> dict[str, Any]:
+    """A step of one streamed turn, cancelled with its stream open: cancel -> block exited."""
+    took = []
+    streams_before = httpx.get(agent.url + "/bench/stats").json()["streams"]
+    for repeat in range(repeats):
+        store = TimedStore()
+        with anyio.CancelScope() as step:
+            async with AsyncExitStack() as stack:
+                turns = await open_turns(
+                    stack, agent.source(Via.STREAM), store, 1, 1.0, f"one-{repeat}-"
+                )
+                await until_all_stored(turns)
+                cancelled_at = time.monotonic()
+                step.cancel()
+                await anyio.sleep_forever()
+        took.append(time.monotonic() - cancelled_at)
+    # Each step subscribed once; none did again after its cancel.
+    streams = httpx.get(agent.url + "/bench/stats").json()["streams"] - streams_before
+    took.sort()
+    return {
+        "steps": repeats,
+        "median_ms": 1000 * (percentile(took, 0.5) or 0.0),
+        "max_ms": 1000 * took[-1],
+        "subscriptions": streams,
+        "reconnects_after_stop": streams - repeats,
+    }
+
+
 async def events(agent: Agent, n: int, seconds: float) -> dict[str, Any]:
     store = TimedStore()
     async with AsyncExitStack() as stack:
@@ -212,9 +242,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         for n in sizes:
             report["idle"].append(await idle(idle_agent, Via.STREAM, n, window))
             report["idle"].append(await idle(idle_agent, Via.CURSOR, n, window))
+        report["teardown"] = [await teardown_one(idle_agent, 5 if quick else 50)]
     finally:
         idle_agent.close()
     table("idle followers: CPU, memory, teardown after a cancel", report["idle"])
+    table("a step of one streamed turn, cancelled: cancel -> exited", report["teardown"])
     busy_agent = Agent(1.0)
     try:
         n = 100 if quick else 1000

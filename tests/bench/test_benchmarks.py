@@ -229,3 +229,5 @@ def test_streams_quick_measures_both_ways_on_each_backend(tmp_path: Path, backen
     ]
     (busy,) = report["events"]
     assert busy["events"] > 0
+    (teardown,) = report["teardown"]
+    assert teardown["reconnects_after_stop"] == 0
