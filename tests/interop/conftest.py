@@ -8,7 +8,6 @@ the tests fail with the reason, they never skip.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import selectors
 import subprocess
@@ -21,6 +20,8 @@ import attrs
 import httpx
 import pytest
 
+from ..support.agent_process import LOG_TAIL_CHARS, STOP_SECONDS, drain, log_tail, stop
+
 # The helpers assert on what the agent answered: show the values when they fail.
 pytest.register_assert_rewrite("tests.interop.helpers")
 
@@ -29,8 +30,6 @@ AGENT_PROGRAM = Path(__file__).with_name("afp_agent.py")
 CARD_PATH = "/.well-known/agent-card.json"
 INSTALL_SECONDS = 900.0
 START_SECONDS = 30.0
-STOP_SECONDS = 5.0
-LOG_TAIL_CHARS = 20_000
 
 
 @attrs.frozen
@@ -45,7 +44,7 @@ class RunningAgent:
         return self.url + CARD_PATH
 
     def log_tail(self) -> str:
-        return _tail(self.log)
+        return log_tail(self.log)
 
 
 @pytest.fixture(scope="session")
@@ -92,18 +91,18 @@ def afp_agent(
             command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log
         ) as process,
     ):
-        drain: threading.Thread | None = None
+        draining: threading.Thread | None = None
         try:
             url = _read_url(process, log_path)
             # Keep its stdout flowing, so no stray print can block the agent on a full pipe.
-            drain = threading.Thread(target=_drain, args=(process,), daemon=True)
-            drain.start()
+            draining = threading.Thread(target=drain, args=(process,), daemon=True)
+            draining.start()
             _wait_for_card(process, url, log_path)
             yield RunningAgent(url, log_path)
         finally:
-            _stop(process)
-            if drain is not None:
-                drain.join(STOP_SECONDS)
+            stop(process)
+            if draining is not None:
+                draining.join(STOP_SECONDS)
 
 
 def _read_url(process: subprocess.Popen[bytes], log_path: Path) -> str:
@@ -150,42 +149,11 @@ def _wait_for_card(process: subprocess.Popen[bytes], url: str, log_path: Path) -
     _fail_start(f"served no agent card within {START_SECONDS:.0f} s ({last_error})", log_path)
 
 
-def _drain(process: subprocess.Popen[bytes]) -> None:
-    assert process.stdout is not None
-    try:
-        while os.read(process.stdout.fileno(), 65536):
-            pass
-    except (OSError, ValueError):  # the pipe was closed under us: nothing left to drain
-        return
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Close its stdin (it exits on EOF), then SIGTERM, then SIGKILL, each after a grace."""
-    assert process.stdin is not None
-    with contextlib.suppress(OSError):
-        process.stdin.close()
-    for signal_it in (None, process.terminate, process.kill):
-        if signal_it is not None:
-            signal_it()
-        try:
-            process.wait(STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            continue
-        return
-
-
 def _fail_start(reason: str, log_path: Path) -> None:
     pytest.fail(
-        f"the interop agent ({AGENT_PROGRAM.name}) {reason}. Its log:\n{_tail(log_path)}",
+        f"the interop agent ({AGENT_PROGRAM.name}) {reason}. Its log:\n{log_tail(log_path)}",
         pytrace=False,
     )
-
-
-def _tail(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
-    except OSError as exc:
-        return f"(no log: {exc})"
 
 
 def _text(output: str | bytes | None) -> str:

@@ -20,13 +20,12 @@ from pathlib import Path
 import attrs
 import pytest
 
+from ..support.agent_process import STOP_SECONDS, drain, log_tail, stop
 from .proxy import CuttingProxy
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_PROGRAM = Path(__file__).with_name("sdk_agent.py")
 START_SECONDS = 30.0
-STOP_SECONDS = 5.0
-LOG_TAIL_CHARS = 20_000
 _PREFIX = "listening on "
 
 
@@ -40,7 +39,7 @@ class SdkAgent:
     log: Path
 
     def log_tail(self) -> str:
-        return _tail(self.log)
+        return log_tail(self.log)
 
 
 @pytest.fixture(scope="session")
@@ -54,18 +53,18 @@ def sdk_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SdkAgent]:
             command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log
         ) as process,
     ):
-        drain: threading.Thread | None = None
+        draining: threading.Thread | None = None
         try:
             url = _read_url(process, log_path)
             # Keep its stdout flowing, so no stray print can block the agent on a full pipe.
-            drain = threading.Thread(target=_drain, args=(process,), daemon=True)
-            drain.start()
+            draining = threading.Thread(target=drain, args=(process,), daemon=True)
+            draining.start()
             host, port = url.removeprefix("http://").rsplit(":", 1)
             yield SdkAgent(url, host, int(port), log_path)
         finally:
-            _stop(process)
-            if drain is not None:
-                drain.join(STOP_SECONDS)
+            stop(process)
+            if draining is not None:
+                draining.join(STOP_SECONDS)
 
 
 @pytest.fixture
@@ -100,40 +99,8 @@ def _read_url(process: subprocess.Popen[bytes], log_path: Path) -> str:
     return first.removeprefix(_PREFIX).rstrip("/")
 
 
-def _drain(process: subprocess.Popen[bytes]) -> None:
-    assert process.stdout is not None
-    try:
-        while os.read(process.stdout.fileno(), 65536):
-            pass
-    except (OSError, ValueError):  # the pipe was closed under us: nothing left to drain
-        return
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM (and close its stdin: it exits on EOF too), then SIGKILL, each after a grace."""
-    assert process.stdin is not None
-    with contextlib.suppress(OSError):
-        process.stdin.close()
-    for stop in (process.terminate, process.kill):
-        if process.poll() is not None:
-            return
-        stop()
-        try:
-            process.wait(STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            continue
-        return
-
-
 def _fail_start(reason: str, log_path: Path) -> None:
     pytest.fail(
-        f"the SDK agent ({AGENT_PROGRAM.name}) {reason}. Its log:\n{_tail(log_path)}",
+        f"the SDK agent ({AGENT_PROGRAM.name}) {reason}. Its log:\n{log_tail(log_path)}",
         pytrace=False,
     )
-
-
-def _tail(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
-    except OSError as exc:
-        return f"(no log: {exc})"
