@@ -178,16 +178,22 @@ class _StreamFollower:
                         f"the stream of task {self.task_id!r} at {self.url}: {exc}",
                         reason=MalformedPageReason.EVENT_TOO_LARGE,
                     ) from None
-                items = [
-                    stream_item(
-                        frame.data,
-                        task_id=self.task_id,
-                        url=self.url,
-                        max_event_bytes=options.max_event_bytes,
-                    )
-                    for frame in frames
-                    if frame.event == "message"
-                ]
+                items: list[StreamItem] = []
+                try:
+                    for frame in frames:
+                        if frame.event == "message":
+                            items.append(
+                                stream_item(
+                                    frame.data,
+                                    task_id=self.task_id,
+                                    url=self.url,
+                                    max_event_bytes=options.max_event_bytes,
+                                )
+                            )
+                except FollowerError:
+                    if items:  # what came before the bad frame is stored, then following ends
+                        await self._hand_over(items)
+                    raise
                 if not items:
                     continue
                 if self.failures:

@@ -187,6 +187,13 @@ async def test_a_malformed_frame_is_refused_with_its_reason(
     assert ended.reason is reason
 
 
+async def test_frames_before_a_bad_one_in_the_same_read_are_stored() -> None:
+    bad = frame(status("TASK_STATE_DREAMING"))
+    handed, ended = await follow(streaming(b"".join([*GOOD, bad])))  # one read
+    assert texts(handed) == ["one", "two"]
+    assert isinstance(ended, MalformedPageError)
+
+
 async def test_a_json_rpc_error_in_a_frame_ends_following_with_it() -> None:
     error = b'data: {"jsonrpc": "2.0", "id": 1, "error": {"code": -32603, "message": "boom"}}\n\n'
     handed, ended = await follow(streaming(*GOOD, error))
