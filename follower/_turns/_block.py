@@ -23,7 +23,7 @@ from .._errors import AgentError, ClientClosedError, StoreError
 from .._format._layout import TurnKeys
 from .._format._wire import TrajectoryState
 from .._public import NoPublicConstructor
-from .._reading._follow import FollowProgress
+from .._reading._record import FollowProgress
 from .._reading._ways import FOLLOWERS
 from .._retries import failure_reason
 from .._statistics import LiveTurnStatistics
