@@ -31,6 +31,7 @@ from __future__ import annotations
 import threading
 import weakref
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 import attrs
@@ -159,6 +160,11 @@ def available() -> bool:
 # --- trace context to the agent ------------------------------------------------------------
 
 
+_traced_fields: ContextVar[tuple[object, dict[str, str], dict[str, str]]] = ContextVar(
+    "follower_traced_fields"
+)
+
+
 def with_trace_context(fields: dict[str, str]) -> dict[str, str]:
     """``fields`` with the current context's ``traceparent`` and ``tracestate``, if there is one.
 
@@ -173,8 +179,16 @@ def with_trace_context(fields: dict[str, str]) -> dict[str, str]:
     current = api.get_current()
     if not current:
         return fields
+    # A follower reads in one context, with one set of fields, read after read: the
+    # fields made for them are kept (in the task's own context), so the propagators run
+    # once a follower, and the client, which merges its headers once per dict it is
+    # given, sees the same dict each read.
+    kept = _traced_fields.get(None)
+    if kept is not None and kept[0] is current and kept[1] is fields:
+        return kept[2]
     carrier = dict(fields)
     api.inject(carrier, context=current)
+    _traced_fields.set((current, fields, carrier))
     return carrier
 
 
