@@ -14,7 +14,12 @@ way of reading runs on asyncio and on trio:
 - ``httpx default``: ``httpx.AsyncClient().post`` on httpx's default transport (httpcore);
 - ``httpx + ours``: ``httpx.AsyncClient(transport=AgentTransport(...)).post``;
 - ``read_page default``: the library's ``read_page`` on httpx's default transport;
-- ``read_page + ours``: ``read_page`` on a client of the library's pool (its transport).
+- ``read_page + ours``: ``read_page`` on a client of the library's pool (its transport);
+- ``read_page + otel``: the same with OpenTelemetry's SDK configured (a tracer provider
+  and a meter provider of the benchmark's own, as a step would be given): a follower's
+  span current, so each read carries a ``traceparent``, and each read timed into the
+  read-latency histogram, as a measured follower's are. Its ratio to ``read_page +
+  ours`` is the cost of tracing a read (docs/operating.md).
 
 Ratios are against ``httpx default`` on the same backend, in the same run. The
 ways alternate over ``--rounds`` rounds and each figure is the median of its
@@ -74,6 +79,7 @@ WAYS = (
     "httpx + ours",
     "read_page default",
     "read_page + ours",
+    "read_page + otel",
 )
 
 
@@ -258,6 +264,42 @@ class _ReadPageOurs(_ReadPageDefault):
         await self.lease.__aexit__(None, None, None)
 
 
+class _ReadPageTraced(_ReadPageOurs):
+    """``read_page + ours`` inside a follower's span, each read timed, on the SDK's providers."""
+
+    async def __aenter__(self) -> _ReadPageTraced:
+        # Imported here: the other ways run without the SDK installed.
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        from follower._telemetry import FOLLOWER_SPAN, telemetry_for
+
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+        self.meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+        telemetry = telemetry_for(self.tracer_provider, self.meter_provider)
+        assert telemetry._meters is not None
+        self.observer = telemetry._meters.observer("cursor")
+        self.span = telemetry.span(FOLLOWER_SPAN, {"follower.via": "cursor"})
+        await super().__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await super().__aexit__(*exc)
+        self.span.end(None)
+        self.tracer_provider.shutdown()
+        self.meter_provider.shutdown()
+
+    async def read(self) -> bytes:
+        started = anyio.current_time()
+        page = await read_page(self.client, self.url, TASK_ID, 0)
+        self.observer.read_took(anyio.current_time() - started)
+        return b"x" * page.next
+
+
 def _way(name: str, port: int) -> Any:
     if name == "raw":
         return _Raw(port)
@@ -273,6 +315,8 @@ def _way(name: str, port: int) -> Any:
         return _Httpx(port, AgentTransport(ssl_context=_shared_ssl_context()))
     if name == "read_page default":
         return _ReadPageDefault(port, None)
+    if name == "read_page + otel":
+        return _ReadPageTraced(port, None)
     return _ReadPageOurs(port, None)
 
 
@@ -381,6 +425,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['backend']:<8} {r['way']:<18} {r['cpu_us_per_read']:>8.1f} "
             f"{r['cpu_us_per_read_min']:>8.1f} {ratio:>17}"
         )
+    for backend in backends:
+        plain = next(
+            (r for r in results if (r["backend"], r["way"]) == (backend, "read_page + ours")), None
+        )
+        traced = next(
+            (r for r in results if (r["backend"], r["way"]) == (backend, "read_page + otel")), None
+        )
+        if plain is not None and traced is not None:
+            ratio = traced["cpu_us_per_read"] / plain["cpu_us_per_read"]
+            print(
+                f"{backend}: tracing costs {ratio:.3f}x CPU per read "
+                "(read_page + otel / read_page + ours)"
+            )
     if args.json:
         with open(args.json, "w") as out:
             json.dump(

@@ -17,6 +17,8 @@ from ._errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     import httpx
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
 
 DEFAULT_READ_TIMEOUT_SECONDS = 30.0
 # The agent sends about 4 MiB a read (but the first event whatever its size): four
@@ -124,6 +126,9 @@ class FollowOptions:
     but the drain after stop): past it, following ends as after a failed read
     after stop, and the step goes on.
 
+    ``tracer_provider`` and ``meter_provider``: where a turn's spans and metrics go
+    (None: the global providers; nothing is emitted while none is configured).
+
     ``writer_heartbeat_seconds``: how often a turn's writer stores a heartbeat while
     the turn is open (a turn's option; a lone follower stores none).
 
@@ -155,3 +160,6 @@ class FollowOptions:
     client: httpx.AsyncClient | None = attrs.field(default=None, repr=False)
     # Never shown: a header may carry a token.
     headers: RequestHeaders = attrs.field(default=(), converter=_headers_option, repr=False)
+    # Where a step's spans and metrics go (``_telemetry``); None: the global providers.
+    tracer_provider: TracerProvider | None = attrs.field(default=None, repr=False)
+    meter_provider: MeterProvider | None = attrs.field(default=None, repr=False)

@@ -22,6 +22,7 @@ import anyio
 
 from ._backoff import BACKOFF_CAP_SECONDS, retry_delay
 from ._errors import StoreUnavailableError
+from ._telemetry import FAILURES_EVENT, note_on_span
 
 if TYPE_CHECKING:
     import logging
@@ -167,6 +168,16 @@ class FailureStreak:
         A warning as a run starts, or fails again after it recovered; else a debug line.
         """
         announce, self._announce = self._announce, None
+        if announce in (_Phase.FAILING, _Phase.FLAPPING):
+            # On the current span too, as the log says it: once a run, never a failed call.
+            note_on_span(
+                FAILURES_EVENT,
+                {
+                    "follower.failures.phase": "failing" if announce is _Phase.FAILING else "again",
+                    "follower.failures.reason": self._last_reason,
+                    "follower.failures.retry_seconds": delay,
+                },
+            )
         if announce is _Phase.FAILING:
             self._warned = True
             self._logger.warning(
@@ -248,6 +259,16 @@ class FailureStreak:
         failed = f"{self._failed} failed {self._noun}{'' if self._failed == 1 else 's'}"
         if self._phase is _Phase.FLAPPING:
             failed += f" of {self._failed + self._answered}"
+        note_on_span(
+            FAILURES_EVENT,
+            {
+                "follower.failures.phase": how.split(" ", 1)[0],
+                "follower.failures.reason": self._last_reason,
+                "follower.failures.failed": self._failed,
+                "follower.failures.answered": self._answered,
+                "follower.failures.seconds": seconds,
+            },
+        )
         self._logger.warning(
             "%s %s %s in %.1f s%s (last: %s)",
             self._what,

@@ -29,6 +29,7 @@ from .._errors import (
     PoolBusyError,
     add_context,
 )
+from .._telemetry import with_trace_context
 from ._exchange import (
     POOL_WAIT_SECONDS,
     ErrorBody,
@@ -114,7 +115,7 @@ async def event_stream(
     body then takes as long as it takes. A redirect is never followed. The
     stream's connection is closed when the block ends, however it ends.
     """
-    fields = {**_request_fields(headers), **_STREAM_ASKED}
+    fields = with_trace_context({**_request_fields(headers), **_STREAM_ASKED})
     # No read timeout: the library's transport then bounds nothing past the connect,
     # and the head's wait is bounded here, on either transport.
     timeout = httpx.Timeout(timeout_seconds, read=None, pool=POOL_WAIT_SECONDS)

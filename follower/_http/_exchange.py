@@ -41,6 +41,7 @@ from .._options import (
     RequestHeaders,
 )
 from .._redact import quoted
+from .._telemetry import with_trace_context
 from ._agent_client import AgentClient
 from ._body import BODY_EXTENSION, ResponseBody
 
@@ -172,7 +173,8 @@ async def exchange(
     only the URL asked for.
     """
     timeout = _timeout(timeout_seconds)
-    fields = _request_fields(headers)
+    # The current trace's context goes with every request: the agent's spans join it.
+    fields = with_trace_context(_request_fields(headers))
     deadline: anyio.CancelScope | None = None
     if isinstance(client, AgentClient) and json_body is not None:
         # The library's transport bounds the whole exchange by the timeout, raising

@@ -253,6 +253,8 @@ class _Follower:
                     self._woke(due)
             read_started = anyio.current_time()
             read = await self._read(client, cursor)
+            if (observer := self.progress.observer) is not None:
+                observer.read_took(anyio.current_time() - read_started)
             action = self._told(read)
             if isinstance(action, HandOver):
                 assert not isinstance(read, FollowerError)
@@ -271,6 +273,8 @@ class _Follower:
         now = anyio.current_time()
         late = max(0.0, now - due)
         self.progress.poll_lag_seconds = late
+        if (observer := self.progress.observer) is not None:
+            observer.woke_late(late)
         over = self.pacing.woke(now, late, self.poll)
         if over is not None:
             logger.warning(

@@ -120,15 +120,20 @@ class _Poller:
     async def _poll(self, client: httpx.AsyncClient, *, history: bool) -> dict[str, Any]:
         method, params = self.source.wire.get_task(self.task_id, history=history)
         self.progress.reads += 1
-        result = await call_jsonrpc(
-            client,
-            self.source.url,
-            method,
-            params,
-            timeout_seconds=self.options.read_timeout_seconds,
-            headers=(*self.options.headers, *self.source.wire.headers),
-            task_id=self.task_id,
-        )
+        started = anyio.current_time()
+        try:
+            result = await call_jsonrpc(
+                client,
+                self.source.url,
+                method,
+                params,
+                timeout_seconds=self.options.read_timeout_seconds,
+                headers=(*self.options.headers, *self.source.wire.headers),
+                task_id=self.task_id,
+            )
+        finally:
+            if (observer := self.progress.observer) is not None:
+                observer.read_took(anyio.current_time() - started)
         if not isinstance(result, dict):
             raise MalformedPageError(
                 f"{method} of task {self.task_id!r} at {self.source.url} answered with no task",

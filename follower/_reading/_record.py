@@ -14,6 +14,7 @@ import attrs
 
 if TYPE_CHECKING:
     from .._format._wire import TrajectoryBatch, TrajectoryState
+    from .._telemetry import ReadObserver
 
 Sink = Callable[["TrajectoryBatch"], Awaitable[None]]
 """Where a follower hands each batch: an async callable (a turn's is ``LiveTrajectoryChunks``)."""
@@ -63,6 +64,13 @@ class FollowProgress:
     poll_lag_seconds: float | None = None
     """How much later than scheduled the follower's latest scheduled read began: the
     event loop's lag as this follower saw it (None before it waited for a read)."""
+    reconnects: int = 0
+    """Streams opened again after the first (a stream follower's; 0 for the others)."""
+    ending: str | None = None
+    """How the follower's run ended, in ``run_follower``'s words; None while it runs."""
+    observer: ReadObserver | None = None
+    """Told each read's latency and each scheduled read's lateness when the step is
+    measured (``_telemetry``); None, and not a call more, when it is not."""
 
     def lag_seconds(self, now: float | None = None) -> float | None:
         """Seconds since the follower was last caught up, up to now or to when it stopped.

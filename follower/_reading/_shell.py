@@ -118,7 +118,7 @@ async def run_follower(
     logger: logging.Logger,
 ) -> FollowOutcome:
     """Run ``loop`` from ``after`` with a client for ``url``; return what the follower did."""
-    progress.running, progress.stopped_at = True, None
+    progress.running, progress.stopped_at, progress.ending = True, None, None
     bound = options.max_follow_seconds
     ending = "it ended"
     try:
@@ -159,5 +159,6 @@ async def run_follower(
     finally:
         progress.running = False
         progress.stopped_at = anyio.current_time()
+        progress.ending = ending
         loop.left(ending)
     return progress.outcome()

@@ -147,6 +147,9 @@ class _StreamFollower:
         )
         self.progress.reads += 1
         self.subscriptions += 1
+        if self.subscriptions > 1:
+            self.progress.reconnects += 1
+        started = anyio.current_time()
         async with event_stream(
             client,
             self.url,
@@ -156,6 +159,8 @@ class _StreamFollower:
             what=call_name(method, None, self.task_id),
             headers=(*options.headers, *self.source.wire.headers),
         ) as answer:
+            if (observer := self.progress.observer) is not None:  # the head's latency
+                observer.read_took(anyio.current_time() - started)
             if not answer.is_event_stream:
                 # A JSON-RPC error (or a proxy's page) instead of a stream: what it says.
                 assert answer.body is not None

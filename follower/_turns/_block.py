@@ -30,11 +30,26 @@ from .._statistics import LiveTurnStatistics
 from .._storing._chunks import LiveTrajectoryChunks, write_next_turn
 from .._storing._heartbeat import Heartbeat
 from .._storing._stored_turn import StoredTurn, read_stored_turn
+from .._telemetry import (
+    AGENT_URL_ATTRIBUTE,
+    BYTES_ATTRIBUTE,
+    COMPLETE_ATTRIBUTE,
+    EVENTS_ATTRIBUTE,
+    OFF,
+    OPERATION_ATTRIBUTE,
+    TASK_ID_ATTRIBUTE,
+    TURN_ID_ATTRIBUTE,
+    TURN_SPAN,
+    SpanScope,
+    Telemetry,
+    agent_url,
+    telemetry_for,
+)
 from ._chain import TurnProgress
 from ._endings import bounded_cleanup, exit_unwrapped, outcome_of, run_cleanup
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from types import TracebackType
 
     from .._format._a2a import TaskSource
@@ -124,6 +139,8 @@ class _TurnBlock:
     _stop: anyio.Event = attrs.field(factory=anyio.Event, init=False)
     _follower_done: anyio.Event = attrs.field(factory=anyio.Event, init=False)
     _tg: anyio.abc.TaskGroup | None = attrs.field(default=None, init=False)
+    _telemetry: Telemetry = attrs.field(default=OFF, init=False)
+    _span: SpanScope | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.record = self._ledger.open_turn(self.keys, resume=self._resume)
@@ -183,8 +200,21 @@ class _TurnBlock:
     async def _run_follower(self, task_id: str) -> None:
         sink = self._sink
         assert sink is not None
+        # The follower's span (a child of the turn's: this task's context is a copy of
+        # the block's), its record observed and its counts metered while it runs.
+        traced = self._telemetry.following(
+            via=str(self.source.via),
+            task_id=task_id,
+            turn_id=self.turn_id,
+            url=self.endpoint,
+            progress=self.progress,
+            statistics=self.statistics,
+        )
         try:
-            with follower_failures_logged(self.turn_id, task_id, self.endpoint):
+            with (
+                traced as span,
+                follower_failures_logged(self.turn_id, task_id, self.endpoint, span.failed),
+            ):
                 # Whose turn it is, and that its writer beats, at once: a reader of a
                 # task that stays silent must know what to judge its writer by.
                 await sink.store_task()
@@ -242,10 +272,44 @@ class _TurnBlock:
 
     async def __aenter__(self) -> LiveTurn:
         self.record.entering()
-        self.record.found_stored(await self._read_stored())
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        self._start_span()
+        try:
+            self.record.found_stored(await self._read_stored())
+            self._tg = anyio.create_task_group()
+            await self._tg.__aenter__()
+        except BaseException as exc:
+            self._end_span(exc)
+            raise
         return LiveTurn._create(self)
+
+    def _start_span(self) -> None:
+        """The turn's span, current for the body and the follower (when a provider is set)."""
+        options = self._options
+        self._telemetry = telemetry_for(options.tracer_provider, options.meter_provider)
+        self._span = self._telemetry.span(
+            TURN_SPAN,
+            {
+                OPERATION_ATTRIBUTE: TURN_SPAN,
+                TURN_ID_ATTRIBUTE: self.turn_id,
+                AGENT_URL_ATTRIBUTE: agent_url(self.endpoint),
+            },
+        )
+
+    def _end_span(self, exc: BaseException | None) -> None:
+        span, self._span = self._span, None
+        if span is None:
+            return
+        if span.recording:
+            stats = self.statistics()
+            attributes: dict[str, str | int | bool] = {
+                EVENTS_ATTRIBUTE: stats.events_stored,
+                BYTES_ATTRIBUTE: stats.bytes_stored,
+                COMPLETE_ATTRIBUTE: stats.complete,
+            }
+            if self.task_id is not None:
+                attributes[TASK_ID_ATTRIBUTE] = self.task_id
+            span.set_attributes(attributes)
+        span.end(None if exc is None else outcome_of(exc).value)
 
     async def __aexit__(
         self,
@@ -288,7 +352,10 @@ class _TurnBlock:
             try:
                 await self._cleanup(outcome)
             finally:  # a cancel out of the cleanup too: the step keeps values, not the block
-                self._ledger.closed(self)
+                try:
+                    self._ledger.closed(self)
+                finally:
+                    self._end_span(outcome)
 
     async def _exit_group(self, exc: BaseException | None) -> None:
         assert self._tg is not None
@@ -334,8 +401,16 @@ async def read_stored_within_bound(store: ObjectStore, keys: TurnKeys) -> Stored
 
 
 @contextmanager
-def follower_failures_logged(turn_id: str, task_id: str, endpoint: str) -> Iterator[None]:
-    """Log a follower's failure, never raise it: the turn's to log, and the step goes on."""
+def follower_failures_logged(
+    turn_id: str,
+    task_id: str,
+    endpoint: str,
+    noted: Callable[[str, str], None] | None = None,
+) -> Iterator[None]:
+    """Log a follower's failure, never raise it: the turn's to log, and the step goes on.
+
+    ``noted`` is told the failure's type and the words logged (the follower's span).
+    """
     extra = {"task_id": task_id, "turn_id": turn_id}
     try:
         yield
@@ -347,6 +422,8 @@ def follower_failures_logged(turn_id: str, task_id: str, endpoint: str) -> Itera
             detail = f"{type(exc).__name__}: {exc}"  # our own words on a page we refused
         else:
             detail = f"{type(exc).__name__} ({failure_reason(exc)})"
+        if noted is not None:
+            noted(type(exc).__name__, detail)
         logger.error(  # noqa: TRY400 (no traceback: it would quote the body)
             "turn %s: following task %s at %s ended: %s",
             turn_id,
@@ -355,7 +432,9 @@ def follower_failures_logged(turn_id: str, task_id: str, endpoint: str) -> Itera
             detail,
             extra=extra,
         )
-    except Exception:
+    except Exception as exc:
+        if noted is not None:
+            noted(type(exc).__name__, failure_reason(exc))
         logger.exception("turn %s: following task %s failed", turn_id, task_id, extra=extra)
 
 

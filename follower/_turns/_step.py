@@ -32,6 +32,17 @@ from .._statistics import LiveTurnsStatistics
 from .._stores._keys import check_prefix
 from .._storing._chunks import LiveTrajectoryChunks, write_next_turn
 from .._storing._stored_turn import read_stored_turn
+from .._telemetry import (
+    AGENT_URL_ATTRIBUTE,
+    BYTES_ATTRIBUTE,
+    COMPLETE_ATTRIBUTE,
+    EVENTS_ATTRIBUTE,
+    STEP_SPAN,
+    TURNS_ATTRIBUTE,
+    SpanScope,
+    agent_url,
+    telemetry_for,
+)
 from ._block import open_turn
 from ._endings import bounded_cleanup, outcome_of, run_cleanup
 from ._ledger import StepLedger
@@ -42,6 +53,8 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     import httpx
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
 
     from .._stores import ObjectStore
     from ._block import LiveTurn
@@ -92,6 +105,8 @@ def following_live_trajectory(
     headers: Mapping[str, str] | None = None,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     writer_heartbeat_seconds: float = DEFAULT_WRITER_HEARTBEAT_SECONDS,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> AbstractAsyncContextManager[LiveTurn]:
     """Follow one turn's live trajectory for the duration of an ``async with`` block.
 
@@ -123,6 +138,12 @@ def following_live_trajectory(
     every ``writer_heartbeat_seconds`` (default 10: 360 puts an hour), so that a reader
     can tell a writer that stopped without an end mark from one whose task is
     quiet (:class:`~follower.WriterGoneError`).
+
+    With the ``otel`` extra, the turn and its follower are spans of the current
+    trace, its follower's counts are metrics, and every read carries the trace
+    context to the agent, on ``tracer_provider`` and ``meter_provider`` (default: the
+    global ones; nothing is emitted while none is configured). docs/operating.md
+    says what is emitted.
     """
     source = live_source(endpoint)
     options = FollowOptions(
@@ -135,6 +156,8 @@ def following_live_trajectory(
         max_follow_seconds=max_follow_seconds,
         headers=headers,
         writer_heartbeat_seconds=writer_heartbeat_seconds,
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
     )
     if previous_turn_id is not None:
         TurnKeys(prefix_key, previous_turn_id)  # refused now, not at the first link
@@ -160,6 +183,11 @@ class LiveTurns:
     ``max_event_bytes`` cap each read, ``headers`` go with each read, and each
     open turn stores a heartbeat every ``writer_heartbeat_seconds``, as in
     :func:`following_live_trajectory`.
+
+    With the ``otel`` extra, ``async with`` makes the step a span, each turn and
+    follower a span under it, and the followers' counts metrics, on
+    ``tracer_provider`` and ``meter_provider`` (default: the global ones; nothing is
+    emitted while none is configured).
     """
 
     source: TaskSource
@@ -169,6 +197,7 @@ class LiveTurns:
     _options: FollowOptions
     _ledger: StepLedger = attrs.field(factory=StepLedger, init=False)
     _entered: bool = attrs.field(default=False, init=False)
+    _span: SpanScope | None = attrs.field(default=None, init=False)
 
     def __init__(
         self,
@@ -186,6 +215,8 @@ class LiveTurns:
         headers: Mapping[str, str] | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         writer_heartbeat_seconds: float = DEFAULT_WRITER_HEARTBEAT_SECONDS,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
     ) -> None:
         source = live_source(endpoint)
         prefix_key = check_prefix(prefix_key)
@@ -199,6 +230,8 @@ class LiveTurns:
             max_follow_seconds=max_follow_seconds,
             headers=headers,
             writer_heartbeat_seconds=writer_heartbeat_seconds,
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
         )
         self.__attrs_init__(source, store, prefix_key, resume, options)
 
@@ -302,8 +335,31 @@ class LiveTurns:
         if self._entered:
             raise TurnStateError("LiveTurns can be entered once")
         self._entered = True
-        await anyio.lowlevel.checkpoint()
+        options = self._options
+        telemetry = telemetry_for(options.tracer_provider, options.meter_provider)
+        self._span = telemetry.span(STEP_SPAN, {AGENT_URL_ATTRIBUTE: agent_url(self.endpoint)})
+        try:
+            await anyio.lowlevel.checkpoint()
+        except BaseException as exc:
+            self._end_span(exc)
+            raise
         return self
+
+    def _end_span(self, exc: BaseException | None) -> None:
+        span, self._span = self._span, None
+        if span is None:
+            return
+        if span.recording:
+            stats = self.statistics()
+            span.set_attributes(
+                {
+                    TURNS_ATTRIBUTE: len(stats.turns),
+                    EVENTS_ATTRIBUTE: stats.events_stored,
+                    BYTES_ATTRIBUTE: stats.bytes_stored,
+                    COMPLETE_ATTRIBUTE: stats.complete,
+                }
+            )
+        span.end(None if exc is None else outcome_of(exc).value)
 
     async def __aexit__(
         self,
@@ -311,4 +367,7 @@ class LiveTurns:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self._end(exc)
+        try:
+            await self._end(exc)
+        finally:
+            self._end_span(exc)

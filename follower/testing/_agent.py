@@ -69,7 +69,7 @@ from ._transport import InProcessTransport
 from ._v1 import VERSION_NOT_SUPPORTED, message_from_v1, task_v1
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Callable
+    from collections.abc import AsyncGenerator, Callable, Iterable
 
     from ._asgi import Message, Receive, Scope, Send
     from ._faults import Fault
@@ -115,6 +115,10 @@ class AgentRequest:
     """Its path; ``None`` for a connection dropped before its request was read."""
     status: int | None
     """The status answered; ``None`` until then, and for one never answered."""
+    traceparent: str | None = None
+    """Its W3C ``traceparent`` header, if it had one: the trace the request is part of."""
+    tracestate: str | None = None
+    """Its W3C ``tracestate`` header, if it had one."""
 
 
 @attrs.define(eq=False)
@@ -122,9 +126,11 @@ class _Arrival:
     at: float
     path: str | None
     status: int | None = None
+    traceparent: str | None = None
+    tracestate: str | None = None
 
     def frozen(self) -> AgentRequest:
-        return AgentRequest(self.at, self.path, self.status)
+        return AgentRequest(self.at, self.path, self.status, self.traceparent, self.tracestate)
 
 
 @attrs.define(eq=False)
@@ -232,10 +238,17 @@ class ReferenceAgent:
         if not self.log_requests:
             raise ValueError("the request log needs ReferenceAgent(log_requests=True)")
 
-    def _note_arrival(self, path: str | None) -> _Arrival | None:
+    def _note_arrival(
+        self, path: str | None, headers: Callable[[], Iterable[tuple[str, str]]] | None = None
+    ) -> _Arrival | None:
         if not self.log_requests:
             return None
         arrival = _Arrival(anyio.current_time(), path)
+        for name, value in headers() if headers is not None else ():
+            if name.lower() == "traceparent":
+                arrival.traceparent = value
+            elif name.lower() == "tracestate":
+                arrival.tracestate = value
         self._arrivals.append(arrival)
         if self._arrival_seen is not None:
             self._arrival_seen.set()
@@ -333,7 +346,7 @@ class ReferenceAgent:
         method: str = scope["method"]
         version = _version(scope)
         body = await read_body(receive)
-        arrival = self._note_arrival(path)
+        arrival = self._note_arrival(path, lambda: _fields(scope))
         if arrival is not None:
             send = _noting_status(send, arrival)
         if path == TRAJECTORY_PATH:
@@ -591,7 +604,7 @@ class ReferenceAgent:
         body = await request.aread()
         if not _is_stream_request(body):
             return None
-        arrival = self._note_arrival(RPC_PATH)
+        arrival = self._note_arrival(RPC_PATH, request.headers.multi_items)
         self._rpc_calls += 1
         if self._fault is not None and self._fault.kind is FaultKind.SILENT:
             await anyio.sleep_forever()
@@ -646,6 +659,10 @@ class _InProcessFrames(httpx.AsyncByteStream):
 async def _cancel_when_disconnected(receive: Receive, scope: anyio.CancelScope) -> None:
     await until_disconnected(receive)
     scope.cancel()
+
+
+def _fields(scope: Scope) -> list[tuple[str, str]]:
+    return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in scope["headers"]]
 
 
 def _version(scope: Scope) -> str | None:

@@ -16,7 +16,7 @@ import pytest
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-USER_EXTRAS = {"trio", "testing", "temporal", "s3"}
+USER_EXTRAS = {"trio", "testing", "temporal", "s3", "otel"}
 DEV_TOOLS = {"pytest", "hypothesis", "mypy", "ruff", "mkdocs", "moto", "looptime", "trustme"}
 
 
