@@ -38,6 +38,8 @@ import anyio
 from follower import FilesystemStore, MemoryStore, ObjectStore, read_live_trajectory
 
 PREFIX = "steps/s1/"
+# Whose turn it is, as the layout says (docs/protocol.md): the reader holds task.json to it.
+TASK_MARK = b'{"task_id":"t","endpoint":"http://agent.test/ext/trajectory","started_at":"2026-12-01T00:00:00.000Z"}'
 TURN = "turn-1"
 LIVE = f"{PREFIX}{TURN}/live/"
 
@@ -118,7 +120,7 @@ MODES: dict[str, type[CountedStore]] = {
 
 async def memory_turn(chunks: int, _root: Path) -> ObjectStore:
     store = MemoryStore()
-    await store.put(LIVE + "task.json", b'{"task_id":"t"}', content_type="application/json")
+    await store.put(LIVE + "task.json", TASK_MARK, content_type="application/json")
     for n in range(chunks):
         await store.put(LIVE + chunk_name(n), event_line(n), content_type="application/jsonl")
     return store
@@ -127,7 +129,7 @@ async def memory_turn(chunks: int, _root: Path) -> ObjectStore:
 async def filesystem_turn(chunks: int, root: Path) -> ObjectStore:
     folder = root.joinpath(*LIVE.strip("/").split("/"))
     folder.mkdir(parents=True)
-    (folder / "task.json").write_bytes(b'{"task_id":"t"}')
+    (folder / "task.json").write_bytes(TASK_MARK)
     for n in range(chunks):
         (folder / chunk_name(n)).write_bytes(event_line(n))
     still_since = time.time() - 60  # as a step that has written nothing for a minute
