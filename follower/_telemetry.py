@@ -28,6 +28,7 @@ telemetry's own failures are the SDK's to log.
 
 from __future__ import annotations
 
+import re
 import threading
 import weakref
 from contextlib import contextmanager
@@ -39,7 +40,7 @@ import attrs
 from ._redact import scrub
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
     from opentelemetry.trace import Span
@@ -71,6 +72,12 @@ FAILED_READS_ATTRIBUTE = "follower.failed_reads"
 EVENTS_ATTRIBUTE = "follower.events_stored"
 BYTES_ATTRIBUTE = "follower.bytes_stored"
 TURNS_ATTRIBUTE = "follower.turns"
+ATTEMPT_ATTRIBUTE = "follower.attempt"
+"""The step span's Temporal attempt (``activity.info().attempt``: 1 for the first)."""
+
+# A link's attribute: what the linked span is to this one.
+LINK_ATTRIBUTE = "follower.link"
+PREVIOUS_ATTEMPT = "previous_attempt"
 
 # Metric instruments: (name, unit, description). Their only attribute is the way of
 # following (cursor|stream|poll): bounded, never a task or a turn id.
@@ -219,13 +226,24 @@ class Telemetry:
     def on(self) -> bool:
         return self._tracer is not None or self._meters is not None
 
-    def span(self, name: str, attributes: Mapping[str, str | int | bool]) -> SpanScope:
-        """Start ``name`` as the current span, and show at once that it began."""
+    def span(
+        self,
+        name: str,
+        attributes: Mapping[str, str | int | bool],
+        links: Sequence[SpanLink] = (),
+    ) -> SpanScope:
+        """Start ``name`` as the current span, and show at once that it began.
+
+        ``links``: earlier spans it is linked to (a retried attempt's step, to the
+        previous attempt's).
+        """
         if self._tracer is None:
             return _NO_SPAN
         api = _api
         assert api is not None
-        span = self._tracer.start_span(name, attributes=attributes)
+        span = self._tracer.start_span(
+            name, attributes=attributes, links=[link.made(api) for link in links]
+        )
         token = api.context.attach(api.trace.set_span_in_context(span))
         # Exported as it ends, at once: a long turn is seen before it ends.
         self._tracer.start_span(START_SPAN, attributes=attributes).end()
@@ -317,6 +335,24 @@ class SpanScope:
     def span(self) -> Span | None:
         return self._span
 
+    def context_details(self) -> dict[str, str] | None:
+        """The span's ids as W3C hex strings, JSON-able; None unless it records.
+
+        What a Temporal attempt's heartbeats carry, so the next attempt links to it
+        (:func:`previous_attempt_link`).
+        """
+        span = self._span
+        if span is None or not span.is_recording():
+            return None
+        context = span.get_span_context()
+        if not context.is_valid:
+            return None
+        return {
+            "trace_id": format(context.trace_id, "032x"),
+            "span_id": format(context.span_id, "016x"),
+            "trace_flags": format(context.trace_flags, "02x"),
+        }
+
     def set_attributes(self, attributes: Mapping[str, str | int | bool]) -> None:
         if self._span is not None:
             self._span.set_attributes(attributes)
@@ -352,6 +388,67 @@ class SpanScope:
 
 _NO_SPAN: Final = SpanScope(None, None)
 OFF: Final = Telemetry()
+
+
+# --- links to earlier spans ----------------------------------------------------------------
+
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
+_SPAN_ID = re.compile(r"[0-9a-f]{16}")
+_TRACE_FLAGS = re.compile(r"[0-9a-f]{2}")
+
+
+@final
+@attrs.frozen
+class SpanLink:
+    """A link to an earlier span, by its ids: read without opentelemetry, made with it."""
+
+    trace_id: int
+    span_id: int
+    trace_flags: int
+    attributes: tuple[tuple[str, str], ...]
+
+    def made(self, api: _Api) -> Any:
+        """The API's ``Link``, to the span as a remote one (it was made in another process)."""
+        trace = api.trace
+        context = trace.SpanContext(
+            self.trace_id,
+            self.span_id,
+            is_remote=True,
+            trace_flags=trace.TraceFlags(self.trace_flags),
+        )
+        return trace.Link(context, dict(self.attributes))
+
+
+def previous_attempt_link(details: object) -> SpanLink | None:
+    """The link to the previous attempt's step span, from what its heartbeats carried.
+
+    ``details`` is :meth:`SpanScope.context_details` as a heartbeat carried it (JSON
+    read back); None for anything else: details of a version that carried none,
+    malformed ones, or the W3C invalid ids (all zeros). Without ``trace_flags`` the
+    link's are the default (not sampled).
+    """
+    if not isinstance(details, dict):
+        return None
+    trace_id, span_id = details.get("trace_id"), details.get("span_id")
+    flags = details.get("trace_flags", "00")
+    if not (
+        isinstance(trace_id, str)
+        and isinstance(span_id, str)
+        and isinstance(flags, str)
+        and _TRACE_ID.fullmatch(trace_id)
+        and _SPAN_ID.fullmatch(span_id)
+        and _TRACE_FLAGS.fullmatch(flags)
+    ):
+        return None
+    link = SpanLink(
+        int(trace_id, 16),
+        int(span_id, 16),
+        int(flags, 16),
+        ((LINK_ATTRIBUTE, PREVIOUS_ATTEMPT),),
+    )
+    if not (link.trace_id and link.span_id):
+        return None
+    return link
 
 
 def telemetry_for(tracer_provider: Any, meter_provider: Any) -> Telemetry:

@@ -39,6 +39,7 @@ from .._telemetry import (
     EVENTS_ATTRIBUTE,
     STEP_SPAN,
     TURNS_ATTRIBUTE,
+    SpanLink,
     SpanScope,
     agent_url,
     telemetry_for,
@@ -198,6 +199,9 @@ class LiveTurns:
     _ledger: StepLedger = attrs.field(factory=StepLedger, init=False)
     _entered: bool = attrs.field(default=False, init=False)
     _span: SpanScope | None = attrs.field(default=None, init=False)
+    # More for the step's span, from whoever runs the step (a Temporal attempt).
+    _span_attributes: dict[str, str | int | bool] = attrs.field(factory=dict, init=False)
+    _span_links: tuple[SpanLink, ...] = attrs.field(default=(), init=False)
 
     def __init__(
         self,
@@ -253,6 +257,23 @@ class LiveTurns:
         )
         self._ledger.opened(block)
         return block
+
+    def _trace_step(
+        self, attributes: Mapping[str, str | int | bool], links: tuple[SpanLink, ...]
+    ) -> None:
+        """Attributes and links for the step's span, on top of its own: before it is entered.
+
+        Private: ``follower.temporal``'s attempt gives its attempt number and a link to
+        the previous attempt's step span.
+        """
+        if self._entered:
+            raise TurnStateError("the step's span is traced before LiveTurns is entered")
+        self._span_attributes.update(attributes)
+        self._span_links += links
+
+    def _span_context(self) -> dict[str, str] | None:
+        """The step span's ids (W3C hex), while it is open and records; else None."""
+        return self._span.context_details() if self._span is not None else None
 
     def progress(self) -> tuple[TurnProgress, ...]:
         """Where each turn of the step stands now, in the order they were opened; read-only."""
@@ -337,7 +358,11 @@ class LiveTurns:
         self._entered = True
         options = self._options
         telemetry = telemetry_for(options.tracer_provider, options.meter_provider)
-        self._span = telemetry.span(STEP_SPAN, {AGENT_URL_ATTRIBUTE: agent_url(self.endpoint)})
+        self._span = telemetry.span(
+            STEP_SPAN,
+            {AGENT_URL_ATTRIBUTE: agent_url(self.endpoint), **self._span_attributes},
+            self._span_links,
+        )
         try:
             await anyio.lowlevel.checkpoint()
         except BaseException as exc:

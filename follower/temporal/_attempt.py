@@ -20,6 +20,7 @@ from temporalio import activity
 from .._errors import TurnStateError
 from .._format._layout import TurnKeys
 from .._public import NoPublicConstructor
+from .._telemetry import ATTEMPT_ATTRIBUTE, previous_attempt_link
 from .._turns._endings import is_cancellation
 from .._turns._step import LiveTurns
 from ._bridge import STEP_CLEANUP_SECONDS, run_cancel_safe
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
     from .._format._a2a import TaskSource
     from .._stores import ObjectStore
+    from .._telemetry import SpanLink
     from .._turns._block import LiveTurn
     from .._turns._chain import TurnProgress
 
@@ -96,6 +98,8 @@ class StepAttempt(metaclass=NoPublicConstructor):
     _unfinished: dict[str, Callable[[], TurnProgress]] = attrs.field(factory=dict, init=False)
     _ended: _Sums = attrs.field(factory=_Sums, init=False)
     _exited: TurnProgress | None = attrs.field(default=None, init=False)
+    # The step span's ids (W3C hex), once it records: the next attempt links to it.
+    _span: dict[str, str] | None = attrs.field(default=None, init=False)
 
     @asynccontextmanager
     async def live_turns(
@@ -106,13 +110,27 @@ class StepAttempt(metaclass=NoPublicConstructor):
         ``options`` are LiveTurns' own; ``resume`` is always true. A failure
         leaving the block is judged by the end-mark rule before the turns' exit
         marks (or hands off) the step's last turn.
+
+        With a tracer provider, the step's span has the attempt's number
+        (``follower.attempt``), and a retried attempt's a link to the previous
+        attempt's step span (from its last heartbeat); the heartbeats carry this
+        span's ids for the next attempt, from a beat sent as it begins.
         """
         if self.turns is not None:
             raise TurnStateError("an attempt follows one LiveTurns")
         self.turns = LiveTurns(endpoint, store, prefix_key, resume=True, **options)
+        previous = self._previous_step_span_link()
+        self.turns._trace_step(
+            {ATTEMPT_ATTRIBUTE: activity.info().attempt}, (previous,) if previous else ()
+        )
         if self.handing_off:
             self.turns.hand_off()
         async with self.turns as turns:
+            self._span = turns._span_context()
+            if self._span is not None:
+                # At once, not at the next beat: an attempt that fails before it would
+                # leave the next one nothing to link to.
+                _heartbeat(self)
             try:
                 yield turns
             except BaseException as exc:
@@ -197,6 +215,19 @@ class StepAttempt(metaclass=NoPublicConstructor):
                         found[str(turn["turn_id"])] = str(turn["task_id"])
         return found
 
+    def _previous_step_span_link(self) -> SpanLink | None:
+        """The link to the previous attempt's step span, from its last heartbeat; or None.
+
+        None on a first attempt, and for details that carry no span (no tracer
+        provider then, or a version that sent none).
+        """
+        for details in reversed(activity.info().heartbeat_details):
+            if isinstance(details, dict):
+                link = previous_attempt_link(details.get("span"))
+                if link is not None:
+                    return link
+        return None
+
     def heartbeat_details(self) -> dict[str, Any]:
         """What a heartbeat carries, of a size bounded at any count of turns.
 
@@ -205,8 +236,17 @@ class StepAttempt(metaclass=NoPublicConstructor):
         attempt takes their task ids (:meth:`previous_task_ids`). ``others``:
         how many other turns there are, their events stored, and how many are
         complete. A turn ended for good is among the others: its ``task.json``
-        and end mark are in the store.
+        and end mark are in the store. ``span``, once the step's span records (a
+        tracer provider is configured): its ``trace_id``, ``span_id`` and
+        ``trace_flags`` as W3C hex strings, which the next attempt's step span
+        links to.
         """
+        details = self._progress_details()
+        if self._span is not None:
+            details["span"] = dict(self._span)
+        return details
+
+    def _progress_details(self) -> dict[str, Any]:
         if self.turns is None:
             return {"turns": [], "others": _Sums().as_details()}
         if self._unfinished or self._ended.turns:
@@ -311,8 +351,12 @@ async def _stopped(beats: asyncio.Task[None]) -> asyncio.CancelledError | None:
 
 async def _beat(attempt: StepAttempt, interval: float) -> None:
     while True:
-        try:
-            activity.heartbeat(attempt.heartbeat_details())
-        except Exception:
-            logger.exception("heartbeat failed")
+        _heartbeat(attempt)
         await asyncio.sleep(interval)
+
+
+def _heartbeat(attempt: StepAttempt) -> None:
+    try:
+        activity.heartbeat(attempt.heartbeat_details())
+    except Exception:
+        logger.exception("heartbeat failed")
