@@ -23,11 +23,9 @@ import anyio
 import anyio.lowlevel
 import attrs
 
-from .._backoff import retry_delay
 from .._errors import (
     AgentUnavailableError,
     FollowerError,
-    FollowingEnded,
     MalformedPageError,
     MalformedPageReason,
     PoolBusyError,
@@ -37,15 +35,13 @@ from .._format._a2a import ends_turn
 from .._format._stream import (
     ARTIFACT_UPDATE,
     STATUS_UPDATE,
-    STREAM_FORMAT,
     task_item,
     trajectory_state,
 )
-from .._format._wire import TrajectoryBatch
 from .._http._jsonrpc import call_jsonrpc
-from .._retries import FailureStreak, backoff_fraction
+from .._retries import FailureStreak
 from ._policy import AFTER_STOP_PAUSE_SECONDS
-from ._shell import follow_by, wait_or_stop
+from ._shell import failed_call, follow_by, store_events, wait_or_stop
 
 if TYPE_CHECKING:
     import httpx
@@ -160,40 +156,22 @@ class _Poller:
         return events
 
     async def _store(self, events: list[Any], task: dict[str, Any], *, last: bool) -> None:
-        progress = self.progress
-        state = trajectory_state(
-            task_item(task, task_id=self.task_id, url=self.source.url).state or "working"
-        )
-        batch = TrajectoryBatch(
-            after=progress.cursor,
-            next=progress.cursor + len(events),
-            events=events,
-            format=STREAM_FORMAT,
-            state=state,
-            last=last,
-        )
-        await self.sink(batch)
-        progress.cursor = batch.next
-        progress.events += len(events)
-        progress.complete = last
-        progress.state = state
+        item = task_item(task, task_id=self.task_id, url=self.source.url)
+        state = trajectory_state(item.state or "working")
+        await store_events(self.sink, self.progress, events, state, last=last)
 
     async def _after_failure(self, failure: FollowerError) -> None:
-        pool_busy = isinstance(failure, PoolBusyError)
-        if not pool_busy:
-            self.progress.failed_reads += 1
+        if not isinstance(failure, PoolBusyError):
             self.failures += 1
-            self.failing.failed(failure)
-            if self.stop.is_set():
-                raise FollowingEnded(f"task {self.task_id}: a poll failed after stop") from failure
-        delay = retry_delay(
-            self.options.poll_interval_seconds,
-            self.failures,
-            backoff_fraction(),
-            getattr(failure, "retry_after_seconds", None),
+        delay = failed_call(
+            failure,
+            failures=self.failures,
+            failing=self.failing,
+            progress=self.progress,
+            stop=self.stop,
+            options=self.options,
+            what=f"task {self.task_id}: a poll",
         )
-        if not pool_busy:
-            self.failing.retrying(delay)
         await self._wait(delay)
 
     async def _wait(self, seconds: float) -> None:

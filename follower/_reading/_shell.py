@@ -9,14 +9,23 @@ follower's record (``running``, ``stopped_at``) and its failure log's summary.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.lowlevel
 
-from .._errors import FollowingEnded, InvalidArgumentError, add_context
+from .._backoff import retry_delay
+from .._errors import (
+    FollowerError,
+    FollowingEnded,
+    InvalidArgumentError,
+    PoolBusyError,
+    add_context,
+)
+from .._format._stream import STREAM_FORMAT
+from .._format._wire import MAX_PAGE_EVENTS, TrajectoryBatch
 from .._http._clients import ClientLease
-from .._retries import failure_reason
+from .._retries import FailureStreak, backoff_fraction, failure_reason
 from ._record import FollowProgress
 
 if TYPE_CHECKING:
@@ -25,6 +34,7 @@ if TYPE_CHECKING:
     import httpx
 
     from .._format._a2a import TaskSource
+    from .._format._wire import TrajectoryState
     from .._options import FollowOptions
     from ._record import FollowOutcome, Sink
 
@@ -96,6 +106,72 @@ async def follow_by(
         after=after,
         logger=logger,
     )
+
+
+def failed_call(
+    failure: FollowerError,
+    *,
+    failures: int,
+    failing: FailureStreak,
+    progress: FollowProgress,
+    stop: anyio.Event,
+    options: FollowOptions,
+    what: str,
+) -> float:
+    """Count a failed subscription or poll; the backoff to wait before the next.
+
+    After ``stop`` the step has ended, so an agent that fails is gone: following
+    ends (the post-stop sentinel). Our own full pool is never the agent's failure:
+    it is neither counted nor logged, and never ends following. ``failures`` is
+    the agent's failures in a row, this one included.
+    """
+    pool_busy = isinstance(failure, PoolBusyError)
+    if not pool_busy:
+        progress.failed_reads += 1
+        failing.failed(failure)
+        if stop.is_set():
+            raise FollowingEnded(f"{what} failed after stop") from failure
+    delay = retry_delay(
+        options.poll_interval_seconds,
+        failures,
+        backoff_fraction(),
+        getattr(failure, "retry_after_seconds", None),
+    )
+    if not pool_busy:
+        failing.retrying(delay)
+    return delay
+
+
+async def store_events(
+    sink: Sink,
+    progress: FollowProgress,
+    events: list[Any],
+    state: TrajectoryState,
+    *,
+    last: bool,
+) -> None:
+    """Hand a streamed or polled turn's ``events`` to ``sink``, at most a page's worth a batch.
+
+    ``last``: these end the turn and nothing can be missing. The record moves as soon
+    as each batch is stored: an owner that cancels next still sees it.
+    """
+    for start in range(0, len(events), MAX_PAGE_EVENTS):
+        part = events[start : start + MAX_PAGE_EVENTS]
+        final = last and start + MAX_PAGE_EVENTS >= len(events)
+        batch = TrajectoryBatch(
+            after=progress.cursor,
+            next=progress.cursor + len(part),
+            events=part,
+            format=STREAM_FORMAT,
+            state=state,
+            last=final,
+        )
+        await sink(batch)
+        progress.cursor = batch.next
+        progress.events += len(part)
+        progress.complete = final
+        progress.state = state
+    progress.caught_up_at = anyio.current_time()
 
 
 async def wait_or_stop(stop: anyio.Event, seconds: float) -> None:

@@ -29,12 +29,10 @@ import anyio
 import anyio.lowlevel
 import attrs
 
-from .._backoff import retry_delay
 from .._errors import (
     A2AProtocolError,
     AgentUnavailableError,
     FollowerError,
-    FollowingEnded,
     MalformedPageError,
     MalformedPageReason,
     PoolBusyError,
@@ -43,18 +41,16 @@ from .._errors import (
 from .._format._a2a import JSONRPC_UNSUPPORTED_OPERATION, TaskSource, ends_turn
 from .._format._sse import SSEDecoder, SSEError
 from .._format._stream import (
-    STREAM_FORMAT,
     StreamItem,
     gap_event,
     stream_item,
     task_item,
     trajectory_state,
 )
-from .._format._wire import MAX_PAGE_EVENTS, TrajectoryBatch
 from .._http._event_stream import event_stream
 from .._http._jsonrpc import MAX_RPC_BYTES, call_jsonrpc, call_name, rpc_result
-from .._retries import FailureStreak, backoff_fraction, failure_reason
-from ._shell import follow_by, wait_or_stop
+from .._retries import FailureStreak, failure_reason
+from ._shell import failed_call, follow_by, store_events, wait_or_stop
 
 if TYPE_CHECKING:
     import httpx
@@ -232,26 +228,8 @@ class _StreamFollower:
         return [] if reason is None else [gap_event(self.progress.cursor, reason, _now())]
 
     async def _store(self, events: list[Any], *, last: bool) -> None:
-        progress = self.progress
         state = trajectory_state(self.a2a_state)
-        for start in range(0, len(events), MAX_PAGE_EVENTS):
-            part = events[start : start + MAX_PAGE_EVENTS]
-            final = last and start + MAX_PAGE_EVENTS >= len(events)
-            batch = TrajectoryBatch(
-                after=progress.cursor,
-                next=progress.cursor + len(part),
-                events=part,
-                format=STREAM_FORMAT,
-                state=state,
-                last=final,
-            )
-            await self.sink(batch)
-            # Recorded as soon as the sink returns: an owner that cancels next sees it.
-            progress.cursor = batch.next
-            progress.events += len(part)
-            progress.complete = final
-            progress.state = state
-        progress.caught_up_at = anyio.current_time()
+        await store_events(self.sink, self.progress, events, state, last=last)
 
     def _lost(self, reason: str) -> None:
         """A stream was lost (or never open): events may be missing from here."""
@@ -303,22 +281,18 @@ class _StreamFollower:
 
     async def _after_failure(self, failure: FollowerError) -> None:
         """A subscription failed or was lost: end after stop, else wait and subscribe again."""
-        pool_busy = isinstance(failure, PoolBusyError)
-        if not pool_busy:
-            self.progress.failed_reads += 1
+        if not isinstance(failure, PoolBusyError):
             self.failures += 1
-            self.failing.failed(failure)
             self._lost("the stream was lost")
-        if self.stop.is_set() and not pool_busy:
-            raise FollowingEnded(f"task {self.task_id}: the stream failed after stop") from failure
-        delay = retry_delay(
-            self.options.poll_interval_seconds,
-            self.failures,
-            backoff_fraction(),
-            getattr(failure, "retry_after_seconds", None),
+        delay = failed_call(
+            failure,
+            failures=self.failures,
+            failing=self.failing,
+            progress=self.progress,
+            stop=self.stop,
+            options=self.options,
+            what=f"task {self.task_id}: the stream",
         )
-        if not pool_busy:
-            self.failing.retrying(delay)
         # Setting stop ends the wait at once: the next subscription is the drain's (and if
         # it fails, the sentinel above ends following).
         await wait_or_stop(self.stop, delay)
