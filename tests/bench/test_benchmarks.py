@@ -40,6 +40,7 @@ READ_PATH_WAYS = (
     "httpx + ours",
     "read_page default",
     "read_page + ours",
+    "read_page + otel",
 )
 
 
