@@ -28,11 +28,11 @@ import subprocess
 import sys
 import time
 import uuid
-from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import httpx
 from _measure import machine, percentile, raise_open_files_limit, rss_kib
 
@@ -97,19 +97,29 @@ class Agent:
 
 
 async def open_turns(
-    stack: AsyncExitStack, source: TaskSource, store: TimedStore, n: int, poll: float, tag: str
+    tg: anyio.abc.TaskGroup,
+    source: TaskSource,
+    store: TimedStore,
+    n: int,
+    poll: float,
+    tag: str,
+    release: anyio.Event,
 ) -> list[Any]:
-    """``n`` turns entered on ``stack``, each following a task of its own."""
-    turns = []
-    for i in range(n):
-        turn = await stack.enter_async_context(
-            following_live_trajectory(
-                source, store, PREFIX, f"{tag}{i}", poll_interval_seconds=poll, drain_seconds=0
-            )
-        )
-        turn.follow(f"{tag}-{i}-{uuid.uuid4().hex[:8]}")
-        turns.append(turn)
-    return turns
+    """``n`` turns, each following a task of its own in a task of ``tg``, until ``release``.
+
+    Side by side, not nested: thousands of nested blocks are thousands of nested cancel
+    scopes, which a cancel walks recursively.
+    """
+
+    async def one(i: int, *, task_status: Any) -> None:
+        async with following_live_trajectory(
+            source, store, PREFIX, f"{tag}{i}", poll_interval_seconds=poll, drain_seconds=0
+        ) as turn:
+            turn.follow(f"{tag}-{i}-{uuid.uuid4().hex[:8]}")
+            task_status.started(turn)
+            await release.wait()
+
+    return [await tg.start(one, i) for i in range(n)]
 
 
 async def until_all_stored(turns: list[Any], at_least: int = 1) -> None:
@@ -121,9 +131,11 @@ async def latency(
     agent: Agent, via: Via, n: int, seconds: float, interval: float
 ) -> dict[str, Any]:
     store = TimedStore()
-    async with AsyncExitStack() as stack:
-        turns = await open_turns(stack, agent.source(via), store, n, 1.0, f"lat-{via}-")
+    release = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        turns = await open_turns(tg, agent.source(via), store, n, 1.0, f"lat-{via}-", release)
         await anyio.sleep(seconds)
+        release.set()
     starts = agent.starts()
     task_of = {t.turn_id: t.task_id for t in turns}
     lags = []
@@ -147,8 +159,10 @@ async def idle(agent: Agent, via: Via, n: int, seconds: float) -> dict[str, Any]
     store = TimedStore()
     rss_before = rss_kib()
     with anyio.CancelScope() as step:
-        async with AsyncExitStack() as stack:
-            turns = await open_turns(stack, agent.source(via), store, n, 1.0, f"idle-{via}-")
+        async with anyio.create_task_group() as tg:
+            turns = await open_turns(
+                tg, agent.source(via), store, n, 1.0, f"idle-{via}-", anyio.Event()
+            )
             await until_all_stored(turns)
             rss_open = rss_kib()
             cpu, wall = time.process_time(), time.monotonic()
@@ -177,9 +191,9 @@ async def teardown_one(agent: Agent, repeats: int) -> dict[str, Any]:
     for repeat in range(repeats):
         store = TimedStore()
         with anyio.CancelScope() as step:
-            async with AsyncExitStack() as stack:
+            async with anyio.create_task_group() as tg:
                 turns = await open_turns(
-                    stack, agent.source(Via.STREAM), store, 1, 1.0, f"one-{repeat}-"
+                    tg, agent.source(Via.STREAM), store, 1, 1.0, f"one-{repeat}-", anyio.Event()
                 )
                 await until_all_stored(turns)
                 cancelled_at = time.monotonic()
@@ -200,24 +214,26 @@ async def teardown_one(agent: Agent, repeats: int) -> dict[str, Any]:
 
 async def events(agent: Agent, n: int, seconds: float) -> dict[str, Any]:
     store = TimedStore()
-    async with AsyncExitStack() as stack:
-        turns = await open_turns(stack, agent.source(Via.STREAM), store, n, 1.0, "ev-")
+    release = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        turns = await open_turns(tg, agent.source(Via.STREAM), store, n, 1.0, "ev-", release)
         await until_all_stored(turns)
         stored = sum(t.statistics().events_stored for t in turns)
         cpu = time.process_time()
         await anyio.sleep(seconds)
         cpu = time.process_time() - cpu
         stored = sum(t.statistics().events_stored for t in turns) - stored
+        release.set()
     return {"streams": n, "events": stored, "cpu_us_per_event": 1e6 * cpu / max(stored, 1)}
 
 
 def table(title: str, rows: list[dict[str, Any]]) -> None:
-    print(f"\n{title}")
+    print(f"\n{title}", flush=True)
     keys = list(rows[0])
     print("  " + "  ".join(f"{k:>24}" for k in keys))
     for row in rows:
         cells = [f"{v:>24.2f}" if isinstance(v, float) else f"{v!s:>24}" for v in row.values()]
-        print("  " + "  ".join(cells))
+        print("  " + "  ".join(cells), flush=True)
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
