@@ -138,6 +138,7 @@ class _TurnBlock:
     _sink: LiveTrajectoryChunks | None = attrs.field(default=None, init=False)
     _stop: anyio.Event = attrs.field(factory=anyio.Event, init=False)
     _follower_done: anyio.Event = attrs.field(factory=anyio.Event, init=False)
+    _beats_done: anyio.Event = attrs.field(factory=anyio.Event, init=False)
     _tg: anyio.abc.TaskGroup | None = attrs.field(default=None, init=False)
     _telemetry: Telemetry = attrs.field(default=OFF, init=False)
     _span: SpanScope | None = attrs.field(default=None, init=False)
@@ -237,23 +238,31 @@ class _TurnBlock:
             self._follower_done.set()
 
     async def _beat(self) -> None:
-        """The writer's heartbeats, one every ``writer_heartbeat_seconds`` until cancelled.
+        """The writer's heartbeats, one every ``writer_heartbeat_seconds`` until the turn ends.
 
         A sign of life for readers while the turn is open and has no end mark,
         the first at once. Each beat is bounded by the interval and never raises
         (``Heartbeat.beat``), so the beats cost the step nothing but their puts;
         a beat that overran is followed by the next at once, never by a burst.
+        A turn that ends starts no new beat, and its drain waits for the one in
+        flight: a put cancelled in a store's worker thread would still land,
+        after the block, and a block that exits normally leaves nothing running.
         """
         sink = self._sink
         assert sink is not None
         heart = Heartbeat(self.store, self.keys, self._options.writer_heartbeat_seconds)
         interval = heart.heartbeat_seconds
         due = anyio.current_time()
-        while not sink.turn_taken:  # another run's turn: its writer says whether it lives
-            with anyio.move_on_after(interval):
-                await heart.beat()
-            due = max(due + interval, anyio.current_time())
-            await anyio.sleep_until(due)
+        try:
+            # Another run's turn: its writer says whether it lives.
+            while not sink.turn_taken and not self._stop.is_set():
+                with anyio.move_on_after(interval):
+                    await heart.beat()
+                due = max(due + interval, anyio.current_time())
+                with anyio.CancelScope(deadline=due):
+                    await self._stop.wait()
+        finally:
+            self._beats_done.set()
 
     async def _write_link(self) -> None:
         previous = self.record.link_to_write()
@@ -337,6 +346,7 @@ class _TurnBlock:
         if self.record.starts_follower:
             with anyio.move_on_after(self._options.drain_seconds):
                 await self._follower_done.wait()
+                await self._beats_done.wait()
 
     async def _close(self, exc: BaseException | None) -> None:
         assert self._tg is not None

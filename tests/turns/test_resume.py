@@ -101,13 +101,23 @@ async def resumed(agent: ScriptedAgent, store: ObjectStore) -> AsyncIterator[Liv
 
 
 async def first_attempt(agent: ScriptedAgent, store: ObjectStore, events: range) -> None:
-    """A step whose first turn stores ``events`` of task t1, then is cancelled and hands off."""
+    """A step whose first turn stores ``events`` of task t1, then is cancelled and hands off.
+
+    It is cancelled once its one heartbeat has landed (the next is an hour away): a
+    put that a cancel abandons in a folder's worker thread may land later, and
+    would be taken for a write of the attempt that follows.
+    """
     agent.add_task("t1")
     with anyio.CancelScope() as scope:
-        async with turns_of(agent, store) as turns, turns.following("turn-1") as turn:
+        async with (
+            turns_of(agent, store, writer_heartbeat_seconds=3600) as turns,
+            turns.following("turn-1") as turn,
+        ):
             turn.follow("t1")
             agent.publish("t1", *events)
-            while await stored_count(store, "turn-1") < len(events):
+            while await stored_count(store, "turn-1") < len(events) or not await store.list(
+                f"{PREFIX}turn-1/alive/"
+            ):
                 await agent.wait_reads(len(agent.reads) + 1)
             turns.hand_off()  # a worker shutting down: the step will be retried
             scope.cancel()
