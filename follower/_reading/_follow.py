@@ -40,6 +40,7 @@ from .._options import (
     count,
 )
 from .._retries import FailureStreak, backoff_fraction
+from ._admission import ReadAdmission, loop_admission
 from ._pacing import LoopPacing
 
 # Re-exported: tests pace their agents by it.
@@ -187,8 +188,10 @@ class _Follower:
     turn_id: str | None = None
     policy: ReadPolicy = attrs.field(init=False)
     pacing: LoopPacing = attrs.field(init=False, factory=loop_pacing)
+    admission: ReadAdmission = attrs.field(init=False, factory=loop_admission)
     _failing: FailureStreak | None = attrs.field(init=False, default=None)
     _first_read_pending: bool = attrs.field(init=False, default=False)
+    _read_began: float = attrs.field(init=False, default=0.0)  # when the last read began
 
     def __attrs_post_init__(self) -> None:
         self.policy = ReadPolicy(self.poll, draw=_draw)
@@ -251,8 +254,8 @@ class _Follower:
                     await anyio.lowlevel.checkpoint()
                 if scheduled and not (until_stop and self.stop.is_set()):
                     self._woke(due)
-            read_started = anyio.current_time()
             read = await self._read(client, cursor)
+            read_started = self._read_began
             if (observer := self.progress.observer) is not None:
                 observer.read_took(anyio.current_time() - read_started)
             action = self._told(read)
@@ -273,6 +276,7 @@ class _Follower:
         now = anyio.current_time()
         late = max(0.0, now - due)
         self.progress.poll_lag_seconds = late
+        self.admission.woke(late)
         if (observer := self.progress.observer) is not None:
             observer.woke_late(late)
         over = self.pacing.woke(now, late, self.poll)
@@ -370,22 +374,30 @@ class _Follower:
             )
 
     async def _read(self, client: httpx.AsyncClient, cursor: int) -> Page | FollowerError:
-        """One cursor read: its page, or the library's error that it failed with."""
+        """One cursor read: its page, or the library's error that it failed with.
+
+        While the loop is behind, the read first waits for one of its slots (``_admission``).
+        """
+        # Its interval counts from here, a wait for a slot included: a follower that
+        # queued is due again as soon as its interval allows, and queues again at
+        # the back while the loop is behind, so each is read in turn.
+        self._read_began = now = anyio.current_time()
         if client.is_closed:
             return self._client_closed()
-        self.policy.reading(anyio.current_time())
-        self.pacing.read()
         try:
-            page = await read_page(
-                client,
-                self.endpoint,
-                self.task_id,
-                cursor,
-                read_timeout_seconds=self.options.read_timeout_seconds,
-                max_page_bytes=self.options.max_page_bytes,
-                headers=self.options.headers,
-                max_event_bytes=self.options.max_event_bytes,
-            )
+            async with self.admission.slot():
+                self.policy.reading(now)
+                self.pacing.read()
+                page = await read_page(
+                    client,
+                    self.endpoint,
+                    self.task_id,
+                    cursor,
+                    read_timeout_seconds=self.options.read_timeout_seconds,
+                    max_page_bytes=self.options.max_page_bytes,
+                    headers=self.options.headers,
+                    max_event_bytes=self.options.max_event_bytes,
+                )
         except ClientClosedError as exc:
             closed = self._client_closed()  # our caller's doing, not the agent's
             closed.__cause__ = exc

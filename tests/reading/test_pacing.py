@@ -10,30 +10,21 @@ still reads every follower in turn, reports its lag, and says so once.
 
 from __future__ import annotations
 
-import functools
 import itertools
-import json
 import logging
-from collections import Counter, defaultdict
+from collections import Counter
 from typing import Any
 
 import anyio
 import anyio.abc
-import httpx
 import pytest
 import sniffio
 
-from follower._options import FollowOptions
 from follower._reading import _pacing
-from follower._reading._follow import FollowProgress, follow_task
 from follower._reading._pacing import LoopPacing, spread_fraction
-from follower.lowlevel import TrajectoryBatch
 
-from ..support.virtual_time import spend_loop_time, virtual_time_backends
-
-ENDPOINT = "http://agent.test/ext/trajectory"
-POLL = 1.0
-
+from ..support.loop_agent import POLL, Agent, Followers
+from ..support.virtual_time import virtual_time_backends
 
 # --- the rules, with no event loop --------------------------------------------------
 
@@ -124,75 +115,6 @@ def test_a_loop_over_capacity_is_said_once_with_how_much() -> None:
 @pytest.fixture(params=virtual_time_backends(), scope="module")
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
     return request.param
-
-
-class Agent:
-    """Every task running for ever, an event a read; notes when each task was read.
-
-    A read suspends once, as one over a socket does; ``cost_seconds`` of loop time
-    (CPU, as a loop busy with it would see) is spent in each.
-    """
-
-    def __init__(self, cost_seconds: float = 0.0, hold: anyio.Event | None = None) -> None:
-        self.cost_seconds = cost_seconds
-        self.hold = hold  # reads answer once it is set
-        self.reads: dict[str, list[float]] = defaultdict(list)
-        self.reading = anyio.Event()  # a read has begun
-
-    async def __call__(self, request: httpx.Request) -> httpx.Response:
-        asked = json.loads(request.content)
-        self.reads[asked["task_id"]].append(anyio.current_time())
-        self.reading.set()
-        if self.cost_seconds:
-            spend_loop_time(self.cost_seconds)
-        await anyio.lowlevel.checkpoint()
-        if self.hold is not None:
-            await self.hold.wait()
-        after = asked["after"]
-        return httpx.Response(
-            200,
-            json={
-                "context_id": "c",
-                "task_id": asked["task_id"],
-                "state": "running",
-                "format": "test/v1",
-                "events": [after],
-                "next": after + 1,
-                "has_more": False,
-            },
-        )
-
-    def first_reads(self) -> list[float]:
-        return sorted(times[0] for times in self.reads.values())
-
-
-async def sink(batch: TrajectoryBatch) -> None:
-    await anyio.lowlevel.checkpoint()
-
-
-class Followers:
-    """Followers of one in-memory agent, in one task group, each with its own progress."""
-
-    def __init__(self, tg: anyio.abc.TaskGroup, agent: Agent) -> None:
-        self.tg = tg
-        self.options = FollowOptions(
-            poll_interval_seconds=POLL,
-            client=httpx.AsyncClient(transport=httpx.MockTransport(agent)),
-        )
-        self.progress: dict[str, FollowProgress] = {}
-
-    def start(self, task_id: str, stop: anyio.Event | None = None) -> None:
-        self.progress[task_id] = progress = FollowProgress()
-        follow = functools.partial(
-            follow_task,
-            ENDPOINT,
-            task_id,
-            sink,
-            stop=stop or anyio.Event(),
-            options=self.options,
-            progress=progress,
-        )
-        self.tg.start_soon(follow, name=f"follower of {task_id}")
 
 
 @pytest.mark.anyio

@@ -1,0 +1,126 @@
+"""While a loop is behind, its reads queue for a few slots; while it keeps up, none waits.
+
+docs/design.md, "Many followers on one loop": a loop that is behind would
+otherwise have every follower's read in flight at once, each holding its
+objects while the loop catches up (the collector's spiral at 5,000 followers,
+docs/benchmarks.md). The rule first, with no event loop; then followers on a
+virtual clock against an in-memory agent whose answers take half a second of
+network (not loop) time, so that reads in flight can be counted.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import anyio
+import pytest
+import sniffio
+
+from follower._reading import _admission
+from follower._reading._admission import ADMITTED_READS, ReadAdmission
+
+from ..support.loop_agent import POLL, Agent, Followers
+from ..support.virtual_time import virtual_time_backends
+
+ANSWER = 0.5  # an agent's answer takes this long on the network
+
+
+def test_the_loop_is_behind_while_its_waits_end_late_on_average() -> None:
+    admission = ReadAdmission(2)
+    at_once = admission.slot()
+    for _ in range(1000):  # on time, with a timer's jitter
+        admission.woke(0.002)
+    assert not admission.behind
+    assert admission.slot() is at_once
+    admission.woke(0.5)  # one collector's pass: the average barely moves
+    assert not admission.behind
+    while not admission.behind:  # a loop that stays late
+        admission.woke(0.1)
+    assert admission.lateness_seconds > _admission.BEHIND_SECONDS
+    slots = admission.slot()
+    assert slots is not at_once
+    # Caught up below half the bound, not at it: no flapping at its edge.
+    while admission.lateness_seconds > 0.75 * _admission.BEHIND_SECONDS:
+        admission.woke(0.0)
+    assert admission.behind
+    assert admission.slot() is slots  # one loop, one set of slots
+    while admission.behind:
+        admission.woke(0.0)
+    assert admission.lateness_seconds <= _admission.BEHIND_SECONDS / 2
+    assert admission.slot() is at_once
+
+
+@pytest.fixture(params=virtual_time_backends(), scope="module")
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    return request.param
+
+
+async def follow_for(
+    agent: Agent, count: int, seconds: float, *, count_in_flight_after: float = 0.0
+) -> Followers:
+    """``count`` followers for ``seconds``; the agent's most reads in flight counted from
+    ``count_in_flight_after`` seconds on."""
+    with anyio.fail_after(600):
+        async with anyio.create_task_group() as tg:
+            followers = Followers(tg, agent)
+            for n in range(count):
+                followers.start(f"task-{n}")
+            await anyio.sleep(count_in_flight_after)
+            agent.most_in_flight = agent.in_flight
+            await anyio.sleep(seconds - count_in_flight_after)
+            tg.cancel_scope.cancel()
+    return followers
+
+
+@pytest.mark.anyio
+async def test_reads_on_time_never_wait_for_a_slot() -> None:
+    # 100 followers of an agent slow to answer, on a loop that keeps up: about 50 reads
+    # are in flight at any time, and none of them waits for the loop's slots.
+    agent = Agent(answer_after_seconds=ANSWER)
+    followers = await follow_for(agent, 100, 10 * POLL)
+    assert agent.most_in_flight >= 2 * ADMITTED_READS
+    lags = [p.poll_lag_seconds for p in followers.progress.values()]
+    assert all(lag is not None and lag <= _admission.BEHIND_SECONDS for lag in lags)
+    for times in agent.reads.values():
+        assert len(times) >= 9  # one an interval
+        assert max(b - a for a, b in itertools.pairwise(times)) == pytest.approx(POLL, abs=1e-6)
+
+
+@pytest.mark.anyio
+async def test_late_reads_queue_for_the_slots_and_each_follower_is_read_in_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The loop counts as behind from its first wait on: 60 followers share its 16
+    # slots, each turned over every half second, so a round of 60 reads takes 2 s.
+    monkeypatch.setattr(_admission, "BEHIND_SECONDS", -1.0)
+    count = 60
+    agent = Agent(answer_after_seconds=ANSWER)
+    # The first read, before any wait, goes at once: counted after it has ended.
+    await follow_for(agent, count, 20 * POLL, count_in_flight_after=2 * POLL)
+    assert agent.most_in_flight == ADMITTED_READS
+    # First come, first served: at most every other follower's read is ahead of one
+    # that queues, so it waits at most a round of slots (ceil(60 / 16) answers) and
+    # then its own answer. trio runs each batch of woken tasks in its order or
+    # reversed, at random, so a follower may queue behind a whole round once more.
+    rounds = 2 if sniffio.current_async_library() == "trio" else 1
+    worst_gap = (rounds * -(-count // ADMITTED_READS) + 1) * ANSWER
+    for task_id, times in agent.reads.items():
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        assert len(times) >= 20 * POLL / worst_gap - 1, task_id
+        assert max(gaps) <= worst_gap + 1e-6, (task_id, gaps)
+    assert len(agent.reads) == count
+
+
+@pytest.mark.anyio
+async def test_a_loop_that_falls_behind_keeps_at_most_its_slots_of_late_reads() -> None:
+    # 40 followers whose reads each spend 0.1 s of the loop (4 s of reads asked a
+    # second): after the first round the loop is behind, so the reads in flight are
+    # the slots' few, not the 40 that would all be waiting for the loop.
+    agent = Agent(cost_seconds=0.1, answer_after_seconds=ANSWER)
+    followers = await follow_for(agent, 40, 30 * POLL, count_in_flight_after=10 * POLL)
+    lags = [p.poll_lag_seconds for p in followers.progress.values()]
+    # Behind, every follower's waits: each ended later than the loop's bound.
+    assert all(lag is not None and lag > _admission.BEHIND_SECONDS for lag in lags), lags
+    assert agent.most_in_flight <= ADMITTED_READS + 1
+    assert all(len(times) >= 5 for times in agent.reads.values())
