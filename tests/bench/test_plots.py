@@ -9,13 +9,17 @@ missing or malformed file is told.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PLOTS = ROOT / "benchmarks" / "plots.py"
@@ -199,3 +203,51 @@ def test_a_malformed_json_fails_naming_it(tmp_path: Path, body: str) -> None:
     # The others are drawn all the same.
     drawn = sorted(path.name for path in (tmp_path / "out").iterdir())
     assert drawn == sorted(STREAMS_IMAGES + READ_PATH_IMAGES)
+
+
+def run_all_module() -> ModuleType:
+    """``benchmarks/run_all.py`` imported (it imports nothing but the standard library)."""
+    spec = importlib.util.spec_from_file_location("run_all", ROOT / "benchmarks" / "run_all.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("quick", "images"),
+    [(True, "results/plots"), (False, "docs/images/benchmarks")],
+    ids=["smoke-run", "full-run"],
+)
+def test_make_bench_draws_last_and_a_smoke_run_never_into_the_docs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quick: bool, images: str
+) -> None:
+    run_all = run_all_module()
+    commands: list[list[str]] = []
+
+    def run(command: list[str]) -> int:  # nothing is run: what would be is noted
+        commands.append(command)
+        return 0
+
+    monkeypatch.setattr(run_all, "run", run)
+    monkeypatch.delenv("BENCH_QUICK", raising=False)
+    results = tmp_path / "results"
+    assert run_all.main(["--results", str(results), *(["--quick"] if quick else [])]) == 0
+    plots = commands[-1]
+    assert plots[1] == str(PLOTS)
+    assert plots[plots.index("--results") + 1] == str(results)
+    base = tmp_path if quick else ROOT
+    assert plots[plots.index("--out") + 1] == str(base / images)
+
+
+def test_make_bench_fails_when_its_plots_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_all = run_all_module()
+
+    def run(command: list[str]) -> int:
+        return 1 if command[1] == str(PLOTS) else 0
+
+    monkeypatch.setattr(run_all, "run", run)
+    assert run_all.main(["--quick", "--results", str(tmp_path)]) == 1
