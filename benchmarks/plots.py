@@ -29,7 +29,6 @@ import argparse
 import json
 import statistics
 import sys
-import textwrap
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -170,15 +169,23 @@ def about_lines(document: dict[str, Any], name: str) -> list[str]:
         machine = ", ".join(str(part) for part in parts if part) or "not recorded"
         python = f"Python {kept['python']}" if kept.get("python") else "Python not recorded"
         command = f"not recorded{_options_of(document, name)}"
-    lines = [f"{name}.json, the run of {date}; {python}", f"machine: {machine}"]
-    lines += textwrap.wrap(
-        f"command: {command}",
-        CAPTION_WIDTH,
-        subsequent_indent="    ",
-        break_long_words=False,
-        break_on_hyphens=False,
-    )
+    lines = [f"{name}.json, the run of {date}; {python}", f"machine: {machine}", "command:"]
+    for words in _options(command):
+        if len(lines[-1]) + 1 + len(words) > CAPTION_WIDTH:
+            lines.append("   ")
+        lines[-1] += " " + words
     return lines
+
+
+def _options(command: str) -> list[str]:
+    """A command's words, each option with its value, so that a line never parts them."""
+    words: list[str] = []
+    for word in command.split(" "):
+        if words and words[-1].startswith("-") and " " not in words[-1] and word[:1] != "-":
+            words[-1] += " " + word
+        else:
+            words.append(word)
+    return words
 
 
 def _options_of(document: dict[str, Any], name: str) -> str:
@@ -280,7 +287,7 @@ SCALE_PLOTS = (
         "cpu_per_read_us",
         "CPU per read against N",
         "CPU µs per read",
-        "CPU per read against N, ours on asyncio and trio beside the old follower",
+        "CPU per read against N, a line per side measured",
         "CPU per read (µs) against N (`scale.py`); dotted: 0.4x the old follower's, the "
         "target at N = 1,000.",
         log=False,
@@ -290,7 +297,7 @@ SCALE_PLOTS = (
         "lag_p99_ms",
         "Poll lag p99 against N",
         "poll lag p99, ms (log scale)",
-        "Poll lag p99 against N, ours on asyncio and trio beside the old follower",
+        "Poll lag p99 against N, a line per side measured",
         "Poll lag p99 (ms, log scale) against N (`scale.py`); dashed: the target, under "
         "250 ms at 5,000 followers.",
         log=True,
@@ -302,7 +309,7 @@ SCALE_PLOTS = (
         "rss_per_follower_kib",
         "Memory per follower against N",
         "RSS KiB per follower (log scale)",
-        "RSS per follower against N, ours on asyncio and trio beside the old follower",
+        "RSS per follower against N, a line per side measured",
         "RSS per follower (KiB, log scale) against N, at the end of start-up (`scale.py`); "
         "dashed: the target, 30 KiB at 1,000 followers.",
         log=True,
@@ -314,7 +321,7 @@ SCALE_PLOTS = (
         "loop_blocked_startup_ms",
         "Worst event-loop block while the followers start, against N",
         "worst loop block, ms (log scale)",
-        "Worst loop block at start-up against N, ours on asyncio and trio beside the old follower",
+        "Worst loop block at start-up against N, a line per side measured",
         "The worst lateness of a 10 ms sleep while N followers start (ms, log scale; "
         "`scale.py`); dashed: the target, 50 ms at 5,000 followers.",
         log=True,
