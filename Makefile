@@ -10,8 +10,8 @@ demo:  ## the main job: a 3-turn step against the reference agent, stored under 
 stress:  ## the property and fuzz tests with ten times more examples, new ones each run
 	@HYPOTHESIS_PROFILE=stress tools/test tests/properties tests/hostile/test_card_fuzz.py tests/hostile/test_stored_garbage.py tests/hostile/test_http_fuzz.py
 
-bench:  ## every benchmark against the old follower, JSON into benchmarks/results/, a summary of the targets (BENCH_QUICK=1: a smoke run)
-	@py=$$(tools/venv 3.11 testing,trio) && old=$$(tools/old-follower-venv) && \
+bench:  ## every benchmark against the old follower, JSON into benchmarks/results/, a summary of the targets, plots into docs/images/benchmarks/ (BENCH_QUICK=1: a smoke run)
+	@py=$$(tools/venv 3.11 testing,trio,bench) && old=$$(tools/old-follower-venv) && \
 		$$py benchmarks/run_all.py --old-python "$$old"
 
 bench-shapes:  ## many followers in one process, client shapes compared (BENCH_ARGS="--agent-process")

@@ -9,6 +9,7 @@ Nothing here asserts: these are figures, and they belong to the machine they ran
 from __future__ import annotations
 
 import contextlib
+import datetime
 import gc
 import json
 import logging
@@ -16,11 +17,13 @@ import math
 import os
 import platform
 import resource
+import shlex
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -30,6 +33,7 @@ HEARTBEAT_SECONDS = 0.01
 # read: lag is measured over events visible before end - (poll + this).
 LAG_SETTLE_SECONDS = 1.0
 RESULT_MARK = "RESULT "
+CHECKOUT = Path(__file__).resolve().parent.parent
 
 
 # --- the process ----------------------------------------------------------------------
@@ -83,22 +87,58 @@ def raise_open_files_limit() -> int:
     return hard
 
 
-def machine() -> dict[str, Any]:
-    """What the figures were measured on."""
-    model = ""
+def cpu_model() -> str:
+    """The CPU's model name, from /proc/cpuinfo ("" where there is none)."""
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
         for line in cpuinfo:
             if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
+    return ""
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
     return {
         "python": sys.version.split()[0],
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
-        "cpu_model": model,
+        "cpu_model": cpu_model(),
         "load_average": os.getloadavg(),
     }
+
+
+def run_about() -> dict[str, Any]:
+    """When, on what and by which command a benchmark ran: every JSON's ``"about"``.
+
+    ``date`` is when the figures were written (UTC, ISO 8601), ``machine`` one line (the
+    CPU's model, its cores, the OS), ``command`` the command line (``sys.argv``, with paths
+    inside the checkout shown relative to it; ``argv`` keeps them as given). ``plots.py``
+    writes these under every image it draws.
+    """
+    cores = os.cpu_count()
+    system = f"{platform.system()} {platform.release()} {platform.machine()}".strip()
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": f"{cpu_model() or 'unknown CPU'}, {cores} cores, {system}",
+        "cpu_model": cpu_model(),
+        "cores": cores,
+        "os": system,
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "command": shlex.join(["python", *(_from_checkout(arg) for arg in sys.argv)]),
+        "argv": list(sys.argv),
+    }
+
+
+def _from_checkout(arg: str) -> str:
+    """``arg`` relative to the checkout when it is a path inside it, else as it is."""
+    path = Path(arg)
+    if not path.is_absolute():
+        return arg
+    try:
+        return str(path.relative_to(CHECKOUT))
+    except ValueError:
+        return arg
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float | None:

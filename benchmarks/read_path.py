@@ -48,6 +48,7 @@ import anyio
 import anyio.abc
 import h11
 import httpx
+from _measure import run_about
 
 from follower._http._clients import ClientPool, _shared_ssl_context
 from follower._http._exchange import read_page
@@ -447,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
                     "rounds": rounds,
                     "page_bytes": len(PAGE),
                     "machine": _machine(),
+                    "about": run_about(),
                     "results": results,
                     "targets": targets(results),
                 },

@@ -2,11 +2,13 @@
 
 Runs ``scale.py``, then ``read_path.py``, ``throughput.py``, ``teardown.py`` and
 ``sse_parse.py`` where they exist (each is named as missing where it does not), each printing its
-own tables, then ``summary.py``: every target and whether it was met. Figures,
-never assertions: a benchmark that fails makes the exit code non-zero, a target
-missed does not. ``BENCH_QUICK=1`` (or ``--quick``) is a smoke run of each;
-``BENCH_MARKDOWN=1`` (or ``--markdown``) prints the tables as markdown, for
-docs/benchmarks.md.
+own tables, then ``summary.py``: every target and whether it was met, and
+``plots.py``: the figures drawn as SVG images into docs/images/benchmarks/. Figures,
+never assertions: a benchmark or a plot that fails makes the exit code non-zero, a
+target missed does not. ``BENCH_QUICK=1`` (or ``--quick``) is a smoke run of each,
+its images drawn into the results folder (``plots/``), so that it never replaces the
+docs' own; ``BENCH_MARKDOWN=1`` (or ``--markdown``) prints the tables as markdown,
+for docs/benchmarks.md.
 
 Usage: ``python benchmarks/run_all.py [--quick] [--markdown] [--results DIR]
 [--old-python PATH]``; ``make bench`` sets up the venvs and runs it.
@@ -26,6 +28,8 @@ HERE = Path(__file__).resolve().parent
 OTHERS = ("read_path", "throughput", "teardown", "streams", "sse_parse")
 # Those that run the old follower beside ours, given its venv's python as scale.py is.
 OLD_SIDE = ("throughput", "teardown")
+# Where a full run's images go: the ones docs/benchmarks.md shows.
+DOCS_IMAGES = HERE.parent / "docs" / "images" / "benchmarks"
 
 
 def run(command: list[str]) -> int:
@@ -76,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(name)
     print(flush=True)
     run([sys.executable, str(HERE / "summary.py"), "--results", str(args.results), *markdown])
+    images = args.results / "plots" if args.quick else DOCS_IMAGES
+    plots = [sys.executable, str(HERE / "plots.py"), "--results", str(args.results)]
+    if run([*plots, "--out", str(images)]) != 0:
+        failed.append("plots")
     if missing:
         print(f"not run (no script yet): {', '.join(missing)}")
     if failed:

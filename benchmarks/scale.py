@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _measure import RESULT_MARK, machine, markdown_table, number, text_table
+from _measure import RESULT_MARK, machine, markdown_table, number, run_about, text_table
 from _profile import py_spy, where_time_goes
 
 HERE = Path(__file__).resolve().parent
@@ -382,6 +382,7 @@ def write_json(
         "benchmark": "scale",
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "machine": about,
+        "about": run_about(),
         "config": {
             "followers": ns,
             "sides": sides,

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+from _measure import run_about
 from httpx._decoders import TextDecoder
 from httpx_sse import EventSource
 from httpx_sse._decoders import SSEDecoder as HttpxSSEDecoder
@@ -186,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                     "stream_bytes": len(whole),
                     "repeats": repeats,
                     "machine": {"python": sys.version.split()[0], "platform": platform.platform()},
+                    "about": run_about(),
                     "results": results,
                 },
                 out,

@@ -34,7 +34,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import httpx
-from _measure import machine, percentile, raise_open_files_limit, rss_kib
+from _measure import machine, percentile, raise_open_files_limit, rss_kib, run_about
 
 from follower import TaskSource, Via, following_live_trajectory
 from follower._format._layout import parse_chunk_name
@@ -282,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     raise_open_files_limit()
     report = anyio.run(main_async, args, backend=args.backend)
     if args.json is not None:
+        report["about"] = run_about()
         args.json.write_text(json.dumps(report, indent=2))
     return 0
 

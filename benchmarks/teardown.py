@@ -50,6 +50,7 @@ from urllib.parse import urlsplit
 
 import anyio
 import attrs
+from _measure import run_about
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from follower._a2a._client import connect_agent
@@ -389,6 +390,7 @@ def main() -> int:
     report["benchmark"] = "teardown"
     report["python"] = platform.python_version()
     report["machine"] = platform.machine()
+    report["about"] = run_about()
     for cell in report["cells"]:
         cell["target"] = target(cell)
     old: list[dict[str, Any]] = []

@@ -53,7 +53,7 @@ from typing import Any
 
 import anyio
 import httpx
-from _measure import CANNED_TASK, PAGE_EVENTS, RESULT_MARK, canned_agent
+from _measure import CANNED_TASK, PAGE_EVENTS, RESULT_MARK, canned_agent, run_about
 
 from follower import FilesystemStore, MemoryStore, ObjectStore, following_live_trajectory
 
@@ -290,6 +290,7 @@ def main(argv: list[str] | None = None) -> None:
             "events": args.events,
             "page_events": PAGE_EVENTS,
             "cpus": os.cpu_count(),
+            "about": run_about(),
             "rows": ours,
             "old_rows": old,
             "old_not_run": None if has_old else f"no {args.old_python}",
