@@ -192,6 +192,7 @@ class _Follower:
     _failing: FailureStreak | None = attrs.field(init=False, default=None)
     _first_read_pending: bool = attrs.field(init=False, default=False)
     _read_began: float = attrs.field(init=False, default=0.0)  # when the last read began
+    _read_sent: float = attrs.field(init=False, default=0.0)  # ... and when it took its slot
 
     def __attrs_post_init__(self) -> None:
         self.policy = ReadPolicy(self.poll, draw=_draw)
@@ -227,6 +228,8 @@ class _Follower:
             self._first_read_pending = False
             self.pacing.first_read_done()
         self.pacing.left(self.poll)
+        if not self.pacing.followers:  # the loop's next followers start from a clean slate
+            self.admission.forget()
 
     async def run(self, client: httpx.AsyncClient, after: int) -> None:
         cursor = after
@@ -245,19 +248,26 @@ class _Follower:
             # (tests/reading/test_follower_objects.py).
             if due is not None:
                 now = anyio.current_time()
+                # From when the loop's own delay counts: a timer's deadline, or, for a
+                # read due already (its last read's answer or slot took the interval),
+                # this checkpoint. Not from ``due``: how long agents and the slots
+                # take is not the loop falling behind (``_admission``).
+                delay_from = due
                 if due > now:
                     if until_stop:
                         await self._wait_or_stop(due - now)
                     else:
                         await anyio.sleep_until(due)
                 else:  # due already (a busy loop, or a read at once): the others go first
+                    delay_from = now
                     await anyio.lowlevel.checkpoint()
                 if scheduled and not (until_stop and self.stop.is_set()):
-                    self._woke(due)
+                    self._woke(due, delay_from)
             read = await self._read(client, cursor)
             read_started = self._read_began
             if (observer := self.progress.observer) is not None:
-                observer.read_took(anyio.current_time() - read_started)
+                # The read's own time, from when it took its slot (if it needed one).
+                observer.read_took(anyio.current_time() - self._read_sent)
             action = self._told(read)
             if isinstance(action, HandOver):
                 assert not isinstance(read, FollowerError)
@@ -271,12 +281,16 @@ class _Follower:
             due, until_stop, scheduled = self._next_read(action, read, read_started)
             del read, action
 
-    def _woke(self, due: float) -> None:
-        """A wait for the next read ended on its deadline: how late the loop woke it."""
+    def _woke(self, due: float, delay_from: float) -> None:
+        """A wait for the next read ended: how late after ``due`` it begins, and the loop's delay.
+
+        The loop's own delay, from ``delay_from`` (the wait's deadline, or the
+        checkpoint of a read due already), tells the loop's admission whether it is behind.
+        """
         now = anyio.current_time()
         late = max(0.0, now - due)
         self.progress.poll_lag_seconds = late
-        self.admission.woke(late)
+        self.admission.woke(max(0.0, now - delay_from), now)
         if (observer := self.progress.observer) is not None:
             observer.woke_late(late)
         over = self.pacing.woke(now, late, self.poll)
@@ -382,10 +396,12 @@ class _Follower:
         # queued is due again as soon as its interval allows, and queues again at
         # the back while the loop is behind, so each is read in turn.
         self._read_began = now = anyio.current_time()
+        self._read_sent = now
         if client.is_closed:
             return self._client_closed()
         try:
             async with self.admission.slot():
+                self._read_sent = anyio.current_time()
                 self.policy.reading(now)
                 self.pacing.read()
                 page = await read_page(

@@ -245,15 +245,15 @@ class _TurnBlock:
         (``Heartbeat.beat``), so the beats cost the step nothing but their puts;
         a beat that overran is followed by the next at once, never by a burst.
         A turn that ends starts no new beat, and its drain waits for the one in
-        flight: a put cancelled in a store's worker thread would still land,
-        after the block, and a block that exits normally leaves nothing running.
+        flight (within the beat's bound and the drain's): a put cancelled in a
+        store's worker thread would still land, after the block.
         """
-        sink = self._sink
-        assert sink is not None
-        heart = Heartbeat(self.store, self.keys, self._options.writer_heartbeat_seconds)
-        interval = heart.heartbeat_seconds
-        due = anyio.current_time()
         try:
+            sink = self._sink
+            assert sink is not None
+            heart = Heartbeat(self.store, self.keys, self._options.writer_heartbeat_seconds)
+            interval = heart.heartbeat_seconds
+            due = anyio.current_time()
             # Another run's turn: its writer says whether it lives.
             while not sink.turn_taken and not self._stop.is_set():
                 with anyio.move_on_after(interval):

@@ -14,41 +14,50 @@ import itertools
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 import sniffio
 
 from follower._reading import _admission
-from follower._reading._admission import ADMITTED_READS, ReadAdmission
+from follower._reading._admission import ADMITTED_READS, ReadAdmission, loop_admission
 
 from ..support.loop_agent import POLL, Agent, Followers
-from ..support.virtual_time import virtual_time_backends
+from ..support.virtual_time import spend_loop_time, virtual_time_backends
 
 ANSWER = 0.5  # an agent's answer takes this long on the network
 
 
-def test_the_loop_is_behind_while_its_waits_end_late_on_average() -> None:
+def test_the_loop_is_behind_while_a_windows_mean_delay_is_over_the_bound() -> None:
     admission = ReadAdmission(2)
+    bound, window = _admission.BEHIND_SECONDS, _admission.WINDOW_SECONDS
+    clock = iter(range(10**6))
+
+    def wakes(*delays: float) -> None:
+        for delay in delays:  # 26 wakes a window: a window closes at the 26th
+            admission.woke(delay, next(clock) * window / 25)
+
     at_once = admission.slot()
-    for _ in range(1000):  # on time, with a timer's jitter
-        admission.woke(0.002)
+    wakes(*[0.002] * 100)  # on time, with a timer's jitter
     assert not admission.behind
     assert admission.slot() is at_once
-    admission.woke(0.5)  # one collector's pass: the average barely moves
+    wakes(0.5, *[0.002] * 25)  # one late wake among on-time ones: under the bound on average
     assert not admission.behind
-    while not admission.behind:  # a loop that stays late
-        admission.woke(0.1)
-    assert admission.lateness_seconds > _admission.BEHIND_SECONDS
+    wakes(*[0.1] * 26)  # a window of late wakes
+    assert admission.behind
+    assert admission.lateness_seconds == pytest.approx(0.1)
     slots = admission.slot()
     assert slots is not at_once
-    # Caught up below half the bound, not at it: no flapping at its edge.
-    while admission.lateness_seconds > 0.75 * _admission.BEHIND_SECONDS:
-        admission.woke(0.0)
+    wakes(*[0.75 * bound] * 52)  # under the bound, over half of it: still behind
     assert admission.behind
     assert admission.slot() is slots  # one loop, one set of slots
-    while admission.behind:
-        admission.woke(0.0)
-    assert admission.lateness_seconds <= _admission.BEHIND_SECONDS / 2
+    wakes(*[0.4 * bound] * 26)  # a window under half the bound: caught up
+    assert not admission.behind
     assert admission.slot() is at_once
+    wakes(*[0.1] * 26)
+    assert admission.behind
+    admission.forget()  # the loop's last follower left
+    assert not admission.behind
+    assert admission.lateness_seconds == 0.0
 
 
 @pytest.fixture(params=virtual_time_backends(), scope="module")
@@ -74,6 +83,42 @@ async def follow_for(
 
 
 @pytest.mark.anyio
+async def test_a_loop_whose_reads_queue_on_a_busy_core_stays_behind() -> None:
+    # Behind, its reads queued for the slots: small delays say the slots hold the reads
+    # back while the process's CPU is busy, and that its agents are slow while it idles.
+    cpu = 0.0
+    admission = ReadAdmission(1, cpu_clock=lambda: cpu)
+    window = _admission.WINDOW_SECONDS
+    now = 0.0
+
+    def a_window(delay: float, cpu_share: float) -> None:
+        nonlocal now, cpu
+        for _ in range(26):
+            admission.woke(delay, now)
+            now += window / 25
+            cpu += cpu_share * window / 25
+
+    a_window(0.1, 1.0)
+    assert admission.behind
+    async with anyio.create_task_group() as tg, admission.slot():
+        tg.start_soon(queue_for_a_slot, admission)
+        while not admission.reads_queued:
+            await anyio.lowlevel.checkpoint()
+        a_window(0.0, 0.95)  # a busy core
+        assert admission.behind
+        a_window(0.0, 0.1)  # an idle one: the queue waits on agents
+        assert not admission.behind
+    a_window(0.1, 1.0)
+    a_window(0.0, 1.0)  # nothing queues: caught up, however busy the core
+    assert not admission.behind
+
+
+async def queue_for_a_slot(admission: ReadAdmission) -> None:
+    async with admission.slot():
+        pass
+
+
+@pytest.mark.anyio
 async def test_reads_on_time_never_wait_for_a_slot() -> None:
     # 100 followers of an agent slow to answer, on a loop that keeps up: about 50 reads
     # are in flight at any time, and none of them waits for the loop's slots.
@@ -85,6 +130,51 @@ async def test_reads_on_time_never_wait_for_a_slot() -> None:
     for times in agent.reads.values():
         assert len(times) >= 9  # one an interval
         assert max(b - a for a, b in itertools.pairwise(times)) == pytest.approx(POLL, abs=1e-6)
+
+
+@pytest.mark.anyio
+async def test_agents_slower_than_the_poll_interval_never_put_the_loop_behind() -> None:
+    # Each answer takes two intervals: every read is due again before it returns, and
+    # begins at once. That is the agents' time, not the loop's: nothing queues.
+    agent = Agent(answer_after_seconds=2 * POLL)
+    with anyio.fail_after(600):
+        async with anyio.create_task_group() as tg:
+            followers = Followers(tg, agent)
+            for n in range(100):
+                followers.start(f"task-{n}")
+            await anyio.sleep(30 * POLL)
+            behind = loop_admission().behind
+            tg.cancel_scope.cancel()
+    assert not behind
+    assert agent.most_in_flight == 100
+    for times in agent.reads.values():
+        assert max(b - a for a, b in itertools.pairwise(times)) == pytest.approx(2 * POLL, abs=1e-6)
+
+
+@pytest.mark.anyio
+async def test_a_loop_that_stalled_once_catches_up_and_reads_every_follower_on_time() -> None:
+    # A 2 s stall (a long pause of the loop) puts it behind; once it runs freely again,
+    # the slots' queue drains and every follower reads once an interval, as before.
+    agent = Agent(answer_after_seconds=ANSWER)
+    with anyio.fail_after(600):
+        async with anyio.create_task_group() as tg:
+            followers = Followers(tg, agent)
+            for n in range(100):
+                followers.start(f"task-{n}")
+            await anyio.sleep(5 * POLL)
+            spend_loop_time(2 * POLL)
+            await anyio.lowlevel.checkpoint()
+            await anyio.sleep(15 * POLL)
+            since = anyio.current_time()
+            await anyio.sleep(10 * POLL)
+            behind = loop_admission().behind
+            tg.cancel_scope.cancel()
+    assert not behind
+    for times in agent.reads.values():
+        recent = [at for at in times if at >= since]
+        assert len(recent) >= 9  # one an interval; 3 in 10 s through the slots
+    lags = [p.poll_lag_seconds for p in followers.progress.values()]
+    assert all(lag is not None and lag <= _admission.BEHIND_SECONDS for lag in lags)
 
 
 @pytest.mark.anyio
