@@ -128,6 +128,24 @@ class FailureStreak:
     ``in_a_row`` counts the failures since the last success: what backoff grows with.
     """
 
+    # Every follower and every sink keeps one for as long as it runs: no __dict__ each.
+    __slots__ = (
+        "_announce",
+        "_answered",
+        "_answered_at",
+        "_extra",
+        "_failed",
+        "_last_failed_at",
+        "_last_reason",
+        "_logger",
+        "_noun",
+        "_phase",
+        "_started_at",
+        "_warned",
+        "_what",
+        "in_a_row",
+    )
+
     def __init__(
         self, logger: logging.Logger, what: str, *, noun: str, extra: Mapping[str, object]
     ) -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 import threading
 import weakref
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
@@ -249,7 +249,6 @@ class Telemetry:
         self._tracer.start_span(START_SPAN, attributes=attributes).end()
         return SpanScope(span, token)
 
-    @contextmanager
     def following(
         self,
         *,
@@ -259,8 +258,26 @@ class Telemetry:
         url: str,
         progress: _Progress,
         statistics: Callable[[], LiveTurnStatistics],
+    ) -> AbstractContextManager[SpanScope]:
+        """The follower's span (current inside), its record observed, and its counts metered.
+
+        Untraced and unmetered, one shared block that does nothing: a follower
+        keeps its block for as long as it runs, with thousands in a process.
+        """
+        if not self.on:
+            return _UNTRACED
+        return self._following(via, task_id, turn_id, url, progress, statistics)
+
+    @contextmanager
+    def _following(
+        self,
+        via: str,
+        task_id: str,
+        turn_id: str,
+        url: str,
+        progress: _Progress,
+        statistics: Callable[[], LiveTurnStatistics],
     ) -> Iterator[SpanScope]:
-        """The follower's span (current inside), its record observed, and its counts metered."""
         meters = self._meters
         if meters is not None:
             progress.observer = meters.observer(via)
@@ -387,6 +404,7 @@ class SpanScope:
 
 
 _NO_SPAN: Final = SpanScope(None, None)
+_UNTRACED: Final = nullcontext(_NO_SPAN)
 OFF: Final = Telemetry()
 
 

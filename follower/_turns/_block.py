@@ -12,7 +12,6 @@ decide; the block only does what it is told.
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, final
 
 import anyio
@@ -49,7 +48,7 @@ from ._chain import TurnProgress
 from ._endings import bounded_cleanup, exit_unwrapped, outcome_of, run_cleanup
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
     from types import TracebackType
 
     from .._format._a2a import TaskSource
@@ -137,8 +136,8 @@ class _TurnBlock:
     progress: FollowProgress = attrs.field(factory=FollowProgress, init=False)
     _sink: LiveTrajectoryChunks | None = attrs.field(default=None, init=False)
     _stop: anyio.Event = attrs.field(factory=anyio.Event, init=False)
-    _follower_done: anyio.Event = attrs.field(factory=anyio.Event, init=False)
-    _beats_done: anyio.Event = attrs.field(factory=anyio.Event, init=False)
+    # The follower and the beats, which a drain waits for.
+    _running: _Running = attrs.field(factory=lambda: _Running(), init=False)
     _tg: anyio.abc.TaskGroup | None = attrs.field(default=None, init=False)
     _telemetry: Telemetry = attrs.field(default=OFF, init=False)
     _span: SpanScope | None = attrs.field(default=None, init=False)
@@ -175,8 +174,10 @@ class _TurnBlock:
             heartbeat_seconds=self._options.writer_heartbeat_seconds,
         )
         if plan.starts_follower:
+            self._running.started()  # the follower
             self._start_follower(task_id)
             assert self._tg is not None
+            self._running.started()  # the beats
             self._tg.start_soon(self._beat, name=f"heartbeat {self.turn_id}")
         if plan.links_from is not None:
             assert self._tg is not None
@@ -212,30 +213,30 @@ class _TurnBlock:
             statistics=self.statistics,
         )
         try:
-            with (
-                traced as span,
-                follower_failures_logged(self.turn_id, task_id, self.endpoint, span.failed),
-            ):
-                # Whose turn it is, and that its writer beats, at once: a reader of a
-                # task that stays silent must know what to judge its writer by.
-                await sink.store_task()
-                follow = FOLLOWERS[self.source.via]
-                await follow(
-                    self.source,
-                    task_id,
-                    sink,
-                    stop=self._stop,
-                    options=self._options,
-                    after=sink.stored_next,
-                    progress=self.progress,
-                    turn_id=self.turn_id,
-                )
+            with traced as span:
+                try:
+                    # Whose turn it is, and that its writer beats, at once: a reader of a
+                    # task that stays silent must know what to judge its writer by.
+                    await sink.store_task()
+                    follow = FOLLOWERS[self.source.via]
+                    await follow(
+                        self.source,
+                        task_id,
+                        sink,
+                        stop=self._stop,
+                        options=self._options,
+                        after=sink.stored_next,
+                        progress=self.progress,
+                        turn_id=self.turn_id,
+                    )
+                except Exception as exc:  # the turn's to log; the step goes on
+                    log_follower_failure(exc, self.turn_id, task_id, self.endpoint, span.failed)
         finally:
             if sink.turn_taken:
                 # Said at once, not at the block's exit: a turn that follows next, in
                 # this run, must not link from another run's turn.
                 self.record.taken_by_another_run()
-            self._follower_done.set()
+            self._running.ended()
 
     async def _beat(self) -> None:
         """The writer's heartbeats, one every ``writer_heartbeat_seconds`` until the turn ends.
@@ -262,7 +263,7 @@ class _TurnBlock:
                 with anyio.CancelScope(deadline=due):
                     await self._stop.wait()
         finally:
-            self._beats_done.set()
+            self._running.ended()
 
     async def _write_link(self) -> None:
         previous = self.record.link_to_write()
@@ -345,8 +346,7 @@ class _TurnBlock:
         self._stop.set()
         if self.record.starts_follower:
             with anyio.move_on_after(self._options.drain_seconds):
-                await self._follower_done.wait()
-                await self._beats_done.wait()
+                await self._running.none()
 
     async def _close(self, exc: BaseException | None) -> None:
         assert self._tg is not None
@@ -410,21 +410,47 @@ async def read_stored_within_bound(store: ObjectStore, keys: TurnKeys) -> Stored
     )
 
 
-@contextmanager
-def follower_failures_logged(
+@attrs.define(eq=False)
+class _Running:
+    """How many of a turn's tasks a drain waits for still run, and that wait.
+
+    The wait's event is made only when a drain has to wait: a turn whose tasks
+    ended first never makes one, and every turn open in a process keeps this.
+    """
+
+    _count: int = 0
+    _none_left: anyio.Event | None = None
+
+    def started(self) -> None:
+        """Counted as the task is started, not as it begins: a drain may come first."""
+        self._count += 1
+
+    def ended(self) -> None:
+        self._count -= 1
+        if not self._count and self._none_left is not None:
+            self._none_left.set()
+
+    async def none(self) -> None:
+        """Wait until every task counted has ended."""
+        if self._count:
+            if self._none_left is None:
+                self._none_left = anyio.Event()
+            await self._none_left.wait()
+
+
+def log_follower_failure(
+    exc: Exception,
     turn_id: str,
     task_id: str,
     endpoint: str,
     noted: Callable[[str, str], None] | None = None,
-) -> Iterator[None]:
-    """Log a follower's failure, never raise it: the turn's to log, and the step goes on.
+) -> None:
+    """Log the failure a follower ended with; it is never raised: the step goes on.
 
     ``noted`` is told the failure's type and the words logged (the follower's span).
     """
     extra = {"task_id": task_id, "turn_id": turn_id}
-    try:
-        yield
-    except (AgentError, ClientClosedError) as exc:
+    if isinstance(exc, (AgentError, ClientClosedError)):
         # The agent's fault, or a client closed under us: one line, no traceback,
         # and never the agent's error body (a status error's message quotes it;
         # docs/security.md).
@@ -434,7 +460,7 @@ def follower_failures_logged(
             detail = f"{type(exc).__name__} ({failure_reason(exc)})"
         if noted is not None:
             noted(type(exc).__name__, detail)
-        logger.error(  # noqa: TRY400 (no traceback: it would quote the body)
+        logger.error(
             "turn %s: following task %s at %s ended: %s",
             turn_id,
             task_id,
@@ -442,10 +468,16 @@ def follower_failures_logged(
             detail,
             extra=extra,
         )
-    except Exception as exc:
-        if noted is not None:
-            noted(type(exc).__name__, failure_reason(exc))
-        logger.exception("turn %s: following task %s failed", turn_id, task_id, extra=extra)
+        return
+    if noted is not None:
+        noted(type(exc).__name__, failure_reason(exc))
+    logger.error(
+        "turn %s: following task %s failed",
+        turn_id,
+        task_id,
+        exc_info=exc,
+        extra=extra,
+    )
 
 
 def turn_progress(

@@ -155,7 +155,7 @@ class RetryingBlock(_TurnBlock):
                 )
                 await retrying.run(client, 0)
         finally:
-            self._follower_done.set()
+            self._running.ended()
 
 
 class LeakingBlock(RetryingBlock):

@@ -126,7 +126,7 @@ class UnboundedDrainBlock(_TurnBlock):
     async def _drain(self) -> None:
         self._stop.set()
         if self.task_id is not None:
-            await self._follower_done.wait()
+            await self._running.none()
 
 
 DRAINS_FOREVER = Variant(
