@@ -20,8 +20,11 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 import httpx
 
+from ._transport import AgentTransport
+
 if TYPE_CHECKING:
-    from ._transport import AgentTransport
+    from ._body import ResponseBody
+    from ._head import ResponseHead
 
 # The private methods of httpx.AsyncClient the shorter send calls, with the parameters
 # it calls them with (so in httpx 0.28; 0.27 has no _set_timeout, and sends by httpx's).
@@ -84,7 +87,71 @@ class AgentClient(httpx.AsyncClient):
             self._cookies = _CookiesWhenSet(cookies)
         # By the identity of the request's headers (each a dict kept by its caller):
         # followers that send headers of their own share the client with those that don't.
-        self._merged: dict[int, tuple[object, list[tuple[bytes, bytes]], _Merged]] = {}
+        self._merged: dict[int, tuple[object, list[tuple[bytes, bytes]], Merged]] = {}
+        # JSON requests may skip httpx's models altogether (json_exchange), on the
+        # library's own transport (a test may give another).
+        self._bytes_transport = (
+            transport
+            if self._short_send and _JSON is not None and isinstance(transport, AgentTransport)
+            else None
+        )
+
+    def merged_for_json(self, url: httpx.URL, headers: dict[str, str]) -> Merged | None:
+        """The request's fields if a JSON request to ``url`` may go by :meth:`json_exchange`.
+
+        It may when nothing of the client applies to it but its headers: no auth,
+        cookie, param or event hook, an absolute URL without credentials, no
+        client-wide ``Content-Length``. None otherwise: httpx's path then.
+        """
+        if (
+            self._bytes_transport is None
+            or self._auth is not None
+            or self._event_hooks["request"]
+            or self._event_hooks["response"]
+            or self.is_closed
+            or self.cookies
+            or self.params
+            or url.is_relative_url
+            or url.userinfo
+        ):
+            return None
+        merged = self._merged_headers(headers)
+        return None if merged.content_length else merged
+
+    async def json_exchange(
+        self,
+        method: str,
+        url: httpx.URL,
+        json_body: Any,
+        merged: Merged,
+        *,
+        deadline: float,
+    ) -> tuple[ResponseHead, ResponseBody]:
+        """Send a JSON request straight to the transport: its head, and its body to read.
+
+        The bytes sent are those of ``build_json_request`` and ``send`` (``merged``
+        from :meth:`merged_for_json`); none of httpx's models is made. What
+        httpx would do to the response here is done too: a ``Set-Cookie`` goes
+        into the client's cookies. The whole exchange is bounded by ``deadline``.
+        """
+        transport = self._bytes_transport
+        assert transport is not None
+        assert _JSON is not None
+        body = _JSON.encode(json_body).encode("utf-8")
+        head, response_body = await transport.send_bytes(
+            url,
+            method.encode("ascii"),
+            merged.raw_for_body(url.netloc, len(body)),
+            body,
+            deadline=deadline,
+        )
+        if any(name.lower() == b"set-cookie" for name, _ in head.headers):
+            # Rare (agents seldom set cookies): httpx's own extraction, on its models.
+            request = httpx.Request(method, url)
+            self.cookies.extract_cookies(
+                httpx.Response(head.status, headers=head.headers, request=request)
+            )
+        return head, response_body
 
     def build_json_request(
         self,
@@ -119,7 +186,7 @@ class AgentClient(httpx.AsyncClient):
         request.read()  # as for json=: the body is there to read again
         return request
 
-    def _merged_headers(self, headers: dict[str, str]) -> _Merged:
+    def _merged_headers(self, headers: dict[str, str]) -> Merged:
         # Merged as httpx merges them (the request's replace the client's, at the
         # end), once for as long as the client's headers stay the same.
         current = self.headers.raw
@@ -128,7 +195,7 @@ class AgentClient(httpx.AsyncClient):
             return cached[2]
         merged_headers = httpx.Headers(self.headers)
         merged_headers.update(headers)
-        merged = _Merged(
+        merged = Merged(
             merged_headers.raw,
             host="host" in merged_headers,
             content_length="content-length" in merged_headers
@@ -186,7 +253,7 @@ class AgentClient(httpx.AsyncClient):
 
 
 @attrs.define
-class _Merged:
+class Merged:
     """A client's headers merged with a request's, and which of the body's are set."""
 
     fields: list[tuple[bytes, bytes]]
@@ -195,10 +262,21 @@ class _Merged:
     content_type: bool
     # Whole field lists by (host, body length): a follower's bodies come in a few
     # lengths, and copying an httpx.Headers skips checking every field again.
-    _built: dict[tuple[bytes, int], httpx.Headers] = attrs.field(factory=dict)
+    _built: dict[tuple[bytes, int], tuple[httpx.Headers, list[tuple[bytes, bytes]]]] = attrs.field(
+        factory=dict
+    )
 
     def for_body(self, netloc: bytes, length: int) -> httpx.Headers:
         """A request's fields for a JSON body of ``length`` bytes, as httpx orders them."""
+        return self._for_body(netloc, length)[0]
+
+    def raw_for_body(self, netloc: bytes, length: int) -> list[tuple[bytes, bytes]]:
+        """The same fields, as sent (``httpx.Headers.raw``)."""
+        return self._for_body(netloc, length)[1]
+
+    def _for_body(
+        self, netloc: bytes, length: int
+    ) -> tuple[httpx.Headers, list[tuple[bytes, bytes]]]:
         built = self._built.get((netloc, length))
         if built is None:
             fields = [(b"Host", netloc), *self.fields] if not self.host else [*self.fields]
@@ -207,7 +285,8 @@ class _Merged:
                 fields.append((b"Content-Type", b"application/json"))
             if len(self._built) >= _BUILT_HEADERS_MAX:
                 self._built.clear()
-            built = self._built[netloc, length] = httpx.Headers(fields)
+            headers = httpx.Headers(fields)
+            built = self._built[netloc, length] = (headers, headers.raw)
         return built
 
 

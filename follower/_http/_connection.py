@@ -22,6 +22,8 @@ import httpx
 from ._response import END, ResponseParser
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterable
+
     from ._head import ResponseHead
     from ._request import RequestWriter
 
@@ -80,26 +82,25 @@ class Connection:
         return self.poller is None or not self.poller.readable()
 
     async def exchange(
-        self, request: httpx.Request, writer: RequestWriter, deadline: float
+        self, content: bytes | AsyncIterable[bytes], writer: RequestWriter, deadline: float
     ) -> ResponseHead:
-        """Send the request and read the response's head; the body follows in ``next_body``."""
+        """Send the request and read the response's head; the body follows in ``next_body``.
+
+        ``content`` is the request's whole body, or its pieces as they come.
+        """
         parser = self.parser = ResponseParser(
             head_request=writer.method == b"HEAD", request_close=writer.close
         )
-        try:
-            content: bytes | None = request.content
-        except httpx.RequestNotRead:
-            content = None
         stream = self.stream
         sending = True
         with anyio.CancelScope(deadline=deadline) as scope:
             try:
-                if content is not None:
+                if isinstance(content, bytes):
                     # One send, so one syscall for a small request.
                     await stream.send(writer.whole(content))
                 else:
                     await stream.send(writer.head)
-                    async for chunk in request.stream:  # type: ignore[union-attr]
+                    async for chunk in content:
                         data = writer.piece(chunk)
                         if data:
                             await stream.send(data)

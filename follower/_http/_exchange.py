@@ -42,11 +42,11 @@ from .._options import (
 )
 from .._redact import quoted
 from .._telemetry import with_trace_context
-from ._agent_client import AgentClient
+from ._agent_client import AgentClient, Merged
 from ._body import BODY_EXTENSION, ResponseBody
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, AsyncIterator
+    from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 # Our own pools never make a follower wait; a caller's client might. A full pool is
 # not the agent's fault: after this long the read gives up (PoolBusyError) and is retried.
@@ -172,27 +172,38 @@ async def exchange(
     any other non-200, so a token sent with ``headers`` (or by the client) reaches
     only the URL asked for.
     """
-    timeout = _timeout(timeout_seconds)
     # The current trace's context goes with every request: the agent's spans join it.
     fields = with_trace_context(_request_fields(headers))
+    parsed = _parsed_url(url)
+    where = f"{what} at {url}"
     deadline: anyio.CancelScope | None = None
-    if isinstance(client, AgentClient) and json_body is not None:
-        # The library's transport bounds the whole exchange by the timeout, raising
-        # httpx's timeouts, and has no pool to wait for: nothing more to add.
-        request = client.build_json_request(
-            method, _parsed_url(url), json_body, headers=fields, timeout=timeout
+    send: Awaitable[tuple[int, bytes]]
+    ours = client if isinstance(client, AgentClient) and json_body is not None else None
+    merged = None if ours is None else ours.merged_for_json(parsed, fields)
+    if ours is not None and merged is not None:
+        # The library's client on its own transport, which bounds the whole exchange by
+        # the timeout and has no pool to wait for: no httpx model is made.
+        send = _send_direct(
+            ours, method, parsed, json_body, merged, timeout_seconds, max_body_bytes, where
         )
     else:
-        request = client.build_request(
-            method, _parsed_url(url), json=json_body, headers=fields, timeout=timeout
-        )
-        if not isinstance(client, AgentClient):
-            deadline = _bounded_by_traces(request, timeout_seconds)
+        timeout = _timeout(timeout_seconds)
+        if ours is not None:  # the same, with httpx's models (the client's cookies, say)
+            request = ours.build_json_request(
+                method, parsed, json_body, headers=fields, timeout=timeout
+            )
+        else:
+            request = client.build_request(
+                method, parsed, json=json_body, headers=fields, timeout=timeout
+            )
+            if not isinstance(client, AgentClient):
+                deadline = _bounded_by_traces(request, timeout_seconds)
+        send = _send_capped(client, request, max_body_bytes, where)
     try:
         if deadline is None:
-            return await _send_capped(client, request, max_body_bytes, f"{what} at {url}")
+            return await send
         with deadline:
-            return await _send_capped(client, request, max_body_bytes, f"{what} at {url}")
+            return await send
     except FollowerError as exc:  # a body refused as read
         add_context(exc, url=url)
         raise
@@ -242,24 +253,40 @@ def _timeout(timeout_seconds: float) -> httpx.Timeout:
     return httpx.Timeout(timeout_seconds, pool=POOL_WAIT_SECONDS)
 
 
+async def _send_direct(
+    client: AgentClient,
+    method: str,
+    url: httpx.URL,
+    json_body: Any,
+    merged: Merged,
+    timeout_seconds: float,
+    max_body_bytes: int,
+    what: str,
+) -> tuple[int, bytes]:
+    """:func:`_send_capped` on the library's client and transport, with no httpx model made."""
+    head, body = await client.json_exchange(
+        method, url, json_body, merged, deadline=anyio.current_time() + timeout_seconds
+    )
+    try:
+        return await _capped_answer(
+            head.status, _Fields(head.headers).get, body.read_within, max_body_bytes, what
+        )
+    finally:
+        await body.aclose()
+
+
 async def _send_capped(
     client: httpx.AsyncClient, request: httpx.Request, max_body_bytes: int, what: str
 ) -> tuple[int, bytes]:
     # Never followed: a redirect's target is not the agent's word on its origin.
     response = await client.send(request, stream=True, follow_redirects=False)
     try:
-        if response.headers.get("content-encoding", "identity").lower() != "identity":
-            raise MalformedPageError(
-                f"{what}: the body is "
-                f"{response.headers['content-encoding']}-encoded, identity was asked",
-                reason=MalformedPageReason.NOT_AN_OBJECT,
-            )
-        status = response.status_code
-        if status == 200:
-            return status, await _read_capped(response, max_body_bytes, what)
-        return status, ErrorBody(
-            await _read_capped(response, _ERROR_BODY_BYTES, what, cut=True),
-            retry_after=response.headers.get("retry-after"),
+        return await _capped_answer(
+            response.status_code,
+            response.headers.get,
+            functools.partial(_read_response_within, response),
+            max_body_bytes,
+            what,
         )
     finally:
         await response.aclose()
@@ -268,6 +295,82 @@ async def _send_capped(
         # collector: with thousands of followers its full passes were most of the CPU.
         # Closed, the response needs no stream: breaking the cycle frees it at once.
         response.stream = _NO_STREAM
+
+
+async def _capped_answer(
+    status: int,
+    field: Callable[[str], str | None],
+    read_within: Callable[[int], Awaitable[tuple[bytes, str | None]]],
+    max_body_bytes: int,
+    what: str,
+) -> tuple[int, bytes]:
+    """The status and the body (an error body cut short), refused if over its cap.
+
+    ``field`` gives a response header's value; ``read_within(limit)`` the body's
+    first ``limit`` bytes at most and why it was cut short (None: it was not).
+    """
+    encoding = field("content-encoding")
+    if encoding is not None and encoding.lower() != "identity":
+        raise MalformedPageError(
+            f"{what}: the body is {encoding}-encoded, identity was asked",
+            reason=MalformedPageReason.NOT_AN_OBJECT,
+        )
+    if status == 200:
+        return status, await _body_within(
+            field("content-length"), read_within, max_body_bytes, what
+        )
+    body = await _body_within(None, read_within, _ERROR_BODY_BYTES, what, cut=True)
+    return status, ErrorBody(body, retry_after=field("retry-after"))
+
+
+async def _body_within(
+    declared: str | None,
+    read_within: Callable[[int], Awaitable[tuple[bytes, str | None]]],
+    limit: int,
+    what: str,
+    *,
+    cut: bool = False,
+) -> bytes:
+    """The body, refused over ``limit`` bytes (before it is read if ``declared`` says so).
+
+    ``cut``: an error body, cut short at ``limit`` instead. Not decoded: non-identity
+    encodings were refused, so the bytes counted are the bytes held.
+    """
+    if not cut and declared is not None and declared.isdigit() and int(declared) > limit:
+        raise MalformedPageError(
+            f"{what}: the body of {declared[:20]} bytes is over the {limit}-byte cap; not loaded",
+            reason=MalformedPageReason.TOO_LARGE,
+        )
+    data, over = await read_within(limit)
+    if over is not None and not cut:
+        raise MalformedPageError(
+            f"{what}: the body is {over}; not loaded", reason=MalformedPageReason.TOO_LARGE
+        )
+    return data
+
+
+async def _read_capped(
+    response: httpx.Response, limit: int, what: str, *, cut: bool = False
+) -> bytes:
+    """:func:`_body_within` of an httpx response."""
+    read_within = functools.partial(_read_response_within, response)
+    return await _body_within(
+        response.headers.get("content-length"), read_within, limit, what, cut=cut
+    )
+
+
+@attrs.frozen
+class _Fields:
+    """A head's fields, looked up as ``httpx.Headers.get`` does: by name, values joined."""
+
+    _fields: list[tuple[bytes, bytes]]
+
+    def get(self, name: str) -> str | None:
+        key = name.encode("ascii")
+        values = [value for field, value in self._fields if field.lower() == key]
+        if not values:
+            return None
+        return ", ".join(value.decode("latin-1") for value in values)
 
 
 # What a closed response is left holding (see _send_capped).
@@ -355,26 +458,13 @@ class _Once:
         return chunk
 
 
-async def _read_capped(
-    response: httpx.Response, limit: int, what: str, *, cut: bool = False
-) -> bytes:
-    declared = response.headers.get("content-length")
-    if not cut and declared is not None and declared.isdigit() and int(declared) > limit:
-        raise MalformedPageError(
-            f"{what}: the body of {declared[:20]} bytes is over the {limit}-byte cap; not loaded",
-            reason=MalformedPageReason.TOO_LARGE,
-        )
-    # Not decoded: non-identity encodings were refused, so the bytes counted are the
-    # bytes held. The library's transport hands out its body to be read whole, with
-    # no generator between (unless a hook read it already).
+async def _read_response_within(response: httpx.Response, limit: int) -> tuple[bytes, str | None]:
+    """A response's body, as :meth:`ResponseBody.read_within` reads one: at most ``limit`` bytes."""
+    # The library's transport hands out its body to be read whole, with no generator
+    # between (unless a hook read it already).
     body = response.extensions.get(BODY_EXTENSION)
     if isinstance(body, ResponseBody) and not response.is_stream_consumed:
-        data, over = await body.read_within(limit)
-        if over is not None and not cut:
-            raise MalformedPageError(
-                f"{what}: the body is {over}; not loaded", reason=MalformedPageReason.TOO_LARGE
-            )
-        return data
+        return await body.read_within(limit)
     parts: list[bytes] = []
     size = 0
     # A body cut short leaves httpx's nested generators to the garbage collector
@@ -384,15 +474,10 @@ async def _read_capped(
         async for chunk in chunks:
             size += len(chunk)
             if size > limit:
-                if cut:
-                    parts.append(chunk[: limit - (size - len(chunk))])
-                    break
-                raise MalformedPageError(
-                    f"{what}: the body is over the {limit}-byte cap; not loaded",
-                    reason=MalformedPageReason.TOO_LARGE,
-                )
+                parts.append(chunk[: limit - (size - len(chunk))])
+                return b"".join(parts), f"over the {limit}-byte cap"
             parts.append(chunk)
-    return b"".join(parts)
+    return b"".join(parts), None
 
 
 def _status_error(status: int, body: bytes, task_id: str, endpoint: str) -> Exception:

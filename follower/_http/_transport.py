@@ -33,8 +33,10 @@ from ._request import KnownHeads, RequestWriter
 
 if TYPE_CHECKING:
     import ssl
+    from collections.abc import AsyncIterable
 
     from ._connection import Origin
+    from ._head import ResponseHead
 
 # An idle connection is not reused after this long: servers close idle connections
 # after a few seconds (hypercorn and uvicorn 5 s, gunicorn 2 s), and a request sent
@@ -66,30 +68,20 @@ class AgentTransport(httpx.AsyncBaseTransport):
     _closed: bool = attrs.field(default=False, init=False)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        scheme = url.raw_scheme
-        if scheme not in _DEFAULT_PORTS:
-            raise httpx.UnsupportedProtocol(f"unsupported URL scheme {url.scheme!r}")
-        origin = (scheme, url.raw_host, url.port or _DEFAULT_PORTS[scheme])
-        # Checked before a connection is taken: a request that cannot be sent uses none.
-        writer = RequestWriter(
-            request.method.encode("ascii"),
-            url.raw_path,
-            request.headers.raw,
-            known_heads=self._known_heads,
-        )
         deadline, connect_deadline = _deadlines(request.extensions.get("timeout"))
-        connection = await self._idle_connection(origin)
-        if connection is None:
-            connection = await Connection.open(
-                origin, self._ssl_context, min(deadline, connect_deadline)
-            )
+        content: bytes | AsyncIterable[bytes]
         try:
-            head = await connection.exchange(request, writer, deadline)
-        except BaseException:
-            await connection.close()
-            raise
-        body = ResponseBody(self.park, connection, deadline)
+            content = request.content
+        except httpx.RequestNotRead:
+            content = request.stream  # type: ignore[assignment]
+        head, body = await self.send_bytes(
+            request.url,
+            request.method.encode("ascii"),
+            request.headers.raw,
+            content,
+            deadline=deadline,
+            connect_deadline=connect_deadline,
+        )
         return httpx.Response(
             head.status,
             headers=head.headers,
@@ -100,6 +92,40 @@ class AgentTransport(httpx.AsyncBaseTransport):
                 BODY_EXTENSION: body,
             },
         )
+
+    async def send_bytes(
+        self,
+        url: httpx.URL,
+        method: bytes,
+        fields: list[tuple[bytes, bytes]],
+        content: bytes | AsyncIterable[bytes],
+        *,
+        deadline: float,
+        connect_deadline: float = _NEVER,
+    ) -> tuple[ResponseHead, ResponseBody]:
+        """One exchange, without httpx's models: the response's head, and its body to read.
+
+        ``fields`` are the request's, in order, ``Host`` and framing included.
+        The whole exchange is bounded by ``deadline``, the connect also by
+        ``connect_deadline``; failures are httpx's exception types.
+        """
+        scheme = url.raw_scheme
+        if scheme not in _DEFAULT_PORTS:
+            raise httpx.UnsupportedProtocol(f"unsupported URL scheme {url.scheme!r}")
+        origin = (scheme, url.raw_host, url.port or _DEFAULT_PORTS[scheme])
+        # Checked before a connection is taken: a request that cannot be sent uses none.
+        writer = RequestWriter(method, url.raw_path, fields, known_heads=self._known_heads)
+        connection = await self._idle_connection(origin)
+        if connection is None:
+            connection = await Connection.open(
+                origin, self._ssl_context, min(deadline, connect_deadline)
+            )
+        try:
+            head = await connection.exchange(content, writer, deadline)
+        except BaseException:
+            await connection.close()
+            raise
+        return head, ResponseBody(self.park, connection, deadline)
 
     async def aclose(self) -> None:
         self._closed = True

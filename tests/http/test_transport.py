@@ -498,6 +498,44 @@ def test_a_json_request_is_built_as_httpx_builds_it(client_options: dict[str, An
         )
 
 
+@pytest.mark.parametrize(
+    "client_options",
+    [
+        {},
+        {"headers": {"x-team": "a", "user-agent": "ours/1"}},
+        {"headers": {"content-type": "application/vnd.agent+json"}},
+        {"headers": {"host": "agent.example", "accept-encoding": "br"}},
+    ],
+    ids=["defaults", "headers", "content-type", "host"],
+)
+async def test_a_read_goes_straight_to_the_transport_with_the_bytes_httpx_sends(
+    client_options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A read on the library's client makes none of httpx's models: it never passes
+    # through the transport's httpx entry, yet the server gets what httpx would send.
+    through_httpx: list[httpx.Request] = []
+    handle = AgentTransport.handle_async_request
+
+    async def counted(self: AgentTransport, request: httpx.Request) -> httpx.Response:
+        through_httpx.append(request)
+        return await handle(self, request)
+
+    monkeypatch.setattr(AgentTransport, "handle_async_request", counted)
+    client = AgentClient(AgentTransport(ssl_context=_shared_ssl_context()), **client_options)
+    with anyio.fail_after(10):
+        async with serving() as (url, server), client:
+            await read(client, url)
+            assert not through_httpx
+            response = await client.post(
+                url, json={"task_id": "t1", "after": 0}, headers={"accept-encoding": "identity"}
+            )
+            assert response.status_code == 200
+    assert len(through_httpx) == 1
+    straight, by_httpx = server.requests
+    assert straight.head == by_httpx.head
+    assert straight.body == by_httpx.body
+
+
 def test_a_json_request_follows_changes_to_the_clients_headers() -> None:
     client = agent_client()
     url = httpx.URL(f"http://127.0.0.1:9{PATH}")
