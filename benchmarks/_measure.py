@@ -273,7 +273,10 @@ class PageLog:
         self._lock = threading.Lock()
         self.started = 0
         self.pages = 0
-        self._recording: list[tuple[Turn, int, int, float, float | None]] | None = None
+        # By turn id, not Turn: a tuple of strings and numbers is left untracked by the
+        # cyclic collector, so a window's pages do not feed the collector of the
+        # process they measure (one holding a Turn would be walked by every full pass).
+        self._recording: list[tuple[str, int, int, float, float | None]] | None = None
 
     def page_stored(self, turn_id: str, after: int, next_: int) -> None:
         now = time.time()
@@ -283,7 +286,7 @@ class PageLog:
             turn.stored_next = max(turn.stored_next, next_)
             previous, turn.last_page_wall = turn.last_page_wall, now
             if self._recording is not None:
-                self._recording.append((turn, after, next_, now, previous))
+                self._recording.append((turn_id, after, next_, now, previous))
             if turn.first_page_wall is not None:
                 return
             turn.first_page_wall = now
@@ -308,7 +311,8 @@ class PageLog:
             recorded, self._recording = self._recording or [], None
         events: list[float] = []
         polls: list[float] = []
-        for turn, after, next_, stored, previous in recorded:
+        for turn_id, after, next_, stored, previous in recorded:
+            turn = self.turns[turn_id]
             if previous is not None:
                 polls.append(stored - previous - poll_interval)
             if turn.started_wall is None:
