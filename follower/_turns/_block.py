@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, final
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import attrs
 
 from .._errors import AgentError, ClientClosedError, StoreError
@@ -431,11 +432,13 @@ class _Running:
             self._none_left.set()
 
     async def none(self) -> None:
-        """Wait until every task counted has ended."""
-        if self._count:
-            if self._none_left is None:
-                self._none_left = anyio.Event()
-            await self._none_left.wait()
+        """Wait until every task counted has ended; a checkpoint, as an event's wait is."""
+        if not self._count:
+            await anyio.lowlevel.checkpoint()
+            return
+        if self._none_left is None:
+            self._none_left = anyio.Event()
+        await self._none_left.wait()
 
 
 def log_follower_failure(

@@ -31,9 +31,9 @@ import anyio.abc
 import httpx
 import pytest
 
+from follower import MemoryStore, following_live_trajectory
 from follower._http import _clients
 from follower._http._agent_client import AgentClient
-from follower import MemoryStore, following_live_trajectory
 from follower.lowlevel import TrajectoryBatch, follow_trajectory
 
 from ..support.virtual_time import virtual_time_backends
