@@ -35,8 +35,9 @@ _PRIVATE_METHODS = {
 }
 # ... and the private attributes of a client it reads or replaces: its state (an
 # enum with OPENED), its auth and event hooks (read as such: the public properties
-# would cost the send three calls), and its cookies (an httpx.Cookies).
-PRIVATE_MEMBERS = (*_PRIVATE_METHODS, "_state", "_auth", "_event_hooks", "_cookies")
+# would cost the send three calls), its cookies (an httpx.Cookies), and its mounts
+# (a dict: a JSON request skips httpx's models only where no mount, nor a proxy, applies).
+PRIVATE_MEMBERS = (*_PRIVATE_METHODS, "_state", "_auth", "_event_hooks", "_cookies", "_mounts")
 
 
 def _private_methods_fit() -> bool:
@@ -89,10 +90,16 @@ class AgentClient(httpx.AsyncClient):
         # followers that send headers of their own share the client with those that don't.
         self._merged: dict[int, tuple[object, list[tuple[bytes, bytes]], Merged]] = {}
         # JSON requests may skip httpx's models altogether (json_exchange), on the
-        # library's own transport (a test may give another).
+        # library's own transport (a test may give another) where httpx would send every
+        # request to it: no mount, and so no proxy (httpx mounts one for a proxy).
+        mounts = getattr(self, "_mounts", None)
         self._bytes_transport = (
             transport
-            if self._short_send and _JSON is not None and isinstance(transport, AgentTransport)
+            if self._short_send
+            and _JSON is not None
+            and isinstance(transport, AgentTransport)
+            and type(mounts) is dict
+            and not mounts
             else None
         )
 
@@ -137,6 +144,7 @@ class AgentClient(httpx.AsyncClient):
         transport = self._bytes_transport
         assert transport is not None
         assert _JSON is not None
+        self._state = type(self._state).OPENED  # as httpx's send: no `async with` after
         body = _JSON.encode(json_body).encode("utf-8")
         head, response_body = await transport.send_bytes(
             url,
@@ -147,10 +155,14 @@ class AgentClient(httpx.AsyncClient):
         )
         if any(name.lower() == b"set-cookie" for name, _ in head.headers):
             # Rare (agents seldom set cookies): httpx's own extraction, on its models.
-            request = httpx.Request(method, url)
-            self.cookies.extract_cookies(
-                httpx.Response(head.status, headers=head.headers, request=request)
-            )
+            try:
+                request = httpx.Request(method, url)
+                self.cookies.extract_cookies(
+                    httpx.Response(head.status, headers=head.headers, request=request)
+                )
+            except BaseException:
+                await response_body.aclose()  # the connection goes, not back to the stack
+                raise
         return head, response_body
 
     def build_json_request(

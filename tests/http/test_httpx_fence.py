@@ -26,6 +26,8 @@ import pytest
 
 import follower._http._agent_client as _agent_client
 from follower._http._agent_client import PRIVATE_MEMBERS, AgentClient
+from follower._http._clients import _shared_ssl_context
+from follower._http._transport import AgentTransport
 
 from .test_transport import Request, agent_client, answer, page, read, serving
 
@@ -115,15 +117,58 @@ async def test_a_client_made_without_a_private_member_takes_httpx_s_public_path(
     if made.taken:
         assert name not in vars(client)  # nothing of its own in the missing member's place
         made.put_back(client)
-    heads, public = await reads_twice(client)
+    with counting_transport_entries() as through_httpx_models:
+        heads, public = await reads_twice(client)
     # The cookie the first answer set goes with the second request either way.
     assert b"cookie: seen=1" in heads[1].lower()
     if name == "_cookies":
         # Only the cookie jar leans on it: httpx's own jar, which reads every answer.
         assert type(client.cookies) is httpx.Cookies
         assert len(public) == PUBLIC_SENDS_OF_TWO_READS
+    elif name == "_mounts":
+        # Only the reads without httpx's models lean on it: both go by the client's send.
+        assert len(public) == PUBLIC_SENDS_OF_TWO_READS
+        assert len(through_httpx_models) == 2
     else:
         assert len(public) == 2
+
+
+async def test_a_read_skips_httpx_s_models_only_where_no_mount_applies() -> None:
+    # The first read skips them; the second carries the cookie the first set, by httpx's path.
+    with counting_transport_entries() as through_httpx_models:
+        await reads_twice(agent_client())
+    assert len(through_httpx_models) == 1
+    # A mount (or a proxy, which httpx mounts) takes the requests it matches.
+    mounted: list[httpx.Request] = []
+
+    def mount(request: httpx.Request) -> httpx.Response:
+        mounted.append(request)
+        return httpx.Response(200, content=page())
+
+    client = AgentClient(
+        AgentTransport(ssl_context=_shared_ssl_context()),
+        mounts={"http://": httpx.MockTransport(mount)},
+    )
+    with anyio.fail_after(10):
+        async with serving() as (url, server), client:
+            assert (await read(client, url)).events == ("a",)
+    assert len(mounted) == 1
+    assert not server.requests
+
+
+@contextmanager
+def counting_transport_entries() -> Iterator[list[httpx.Request]]:
+    """The requests that reached the library's transport through httpx's models."""
+    entered: list[httpx.Request] = []
+    handle = AgentTransport.handle_async_request
+
+    async def counted(self: AgentTransport, request: httpx.Request) -> httpx.Response:
+        entered.append(request)
+        return await handle(self, request)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(AgentTransport, "handle_async_request", counted)
+        yield entered
 
 
 async def test_a_private_method_of_another_shape_is_not_called() -> None:

@@ -652,6 +652,18 @@ async def test_redirects_are_as_httpx_makes_them(follow: bool) -> None:
     assert len(server.requests) == (2 if follow else 1)
 
 
+async def test_a_read_opens_the_client_as_httpx_s_send_does() -> None:
+    # After a request, httpx refuses to open the client (`async with`) again.
+    with anyio.fail_after(10):
+        async with serving() as (url, _server):
+            client = agent_client()
+            await read(client, url)
+            with pytest.raises(RuntimeError, match="more than once"):
+                async with client:
+                    pass
+            await client.aclose()
+
+
 async def test_a_closed_client_refuses_to_send_as_httpx_does() -> None:
     client = agent_client()
     await client.aclose()
