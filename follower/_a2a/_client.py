@@ -42,7 +42,12 @@ from .._format._discovery import has_user_info, live_trajectory_endpoint, same_o
 from .._http._clients import leased_client
 from .._http._exchange import exchange
 from .._http._jsonrpc import MAX_RPC_BYTES, call_jsonrpc, call_name, json_object, short
-from .._options import DEFAULT_READ_TIMEOUT_SECONDS, RequestHeaders, request_headers
+from .._options import (
+    DEFAULT_READ_TIMEOUT_SECONDS,
+    RequestHeaders,
+    positive_seconds,
+    request_headers,
+)
 from .._public import NoPublicConstructor
 from .._redact import hiding, secrets_of
 from .._retries import FailureStreak
@@ -266,6 +271,7 @@ async def connect_agent(
     """
     checked = request_headers("headers", headers)
     chosen = _checked_via(via)
+    timeout_seconds = positive_seconds("timeout_seconds", timeout_seconds)
     async with leased_client(client, headers=checked, url=url) as leased:
         card_url, card = await fetch_agent_card(
             leased, url, timeout_seconds=timeout_seconds, headers=checked

@@ -25,6 +25,7 @@ from follower import (
     AgentCardError,
     AgentRefusedError,
     AgentUnavailableError,
+    InvalidArgumentError,
     LiveTurns,
     MemoryStore,
     TaskNotFoundError,
@@ -185,6 +186,23 @@ async def test_a_card_that_is_not_a_json_object_is_a_card_error(body: bytes) -> 
     with anyio.fail_after(TEST_SECONDS), pytest.raises(AgentCardError):
         async with fake.client() as client, connect_agent(FAKE, client=client):
             pass
+
+
+@pytest.mark.parametrize("seconds", [None, 0, -1.0, float("nan"), float("inf"), "30"])
+async def test_a_timeout_that_is_no_positive_number_is_refused_before_any_call(
+    seconds: Any,
+) -> None:
+    fake = FakeAgent(cards={CARD_PATH: httpx.Response(200, json={})})
+    with (
+        anyio.fail_after(TEST_SECONDS),
+        pytest.raises(InvalidArgumentError, match="timeout_seconds"),
+    ):
+        async with (
+            fake.client() as client,
+            connect_agent(FAKE, client=client, timeout_seconds=seconds),
+        ):
+            pass
+    assert fake.gets == []
 
 
 async def test_a_card_naming_another_origin_is_reached_where_it_was_found() -> None:
