@@ -57,7 +57,7 @@ OBJECTS_PER_FOLLOWER = 44
 # 144 to 151 while the block kept two events of its own to be told its tasks had
 # ended and a generator-based block to log its follower's failure, and every
 # untraced follower a generator-based block for its span.
-OBJECTS_PER_TURN = 142
+OBJECTS_PER_TURN = 143
 FEW, MANY = 50, 200
 SAMPLES = 7
 
