@@ -28,7 +28,7 @@ import pytest
 import trustme
 
 from follower import AgentUnavailableError, MalformedPageReason
-from follower._http._agent_client import AgentClient
+from follower._http._agent_client import PRIVATE_MEMBERS, AgentClient
 from follower._http._body import WIRE_ALLOWANCE_BYTES
 from follower._http._clients import ClientPool, _shared_ssl_context
 from follower._http._exchange import read_page
@@ -40,6 +40,12 @@ from ..support.malformed import raises_malformed
 pytestmark = pytest.mark.anyio
 
 PATH = "/ext/trajectory"
+# Whether the installed httpx has every private member the client's shorter paths use
+# (tests/http/test_httpx_fence.py): 0.27 has no _set_timeout, so there every client
+# takes httpx's public send, and its reads keep httpx's models.
+HTTPX_HAS_EVERY_MEMBER = all(
+    hasattr(httpx.AsyncClient(verify=False), name) for name in PRIVATE_MEMBERS
+)
 
 
 def page(after: int = 0, events: tuple[Any, ...] = ("a",)) -> bytes:
@@ -525,12 +531,12 @@ async def test_a_read_goes_straight_to_the_transport_with_the_bytes_httpx_sends(
     with anyio.fail_after(10):
         async with serving() as (url, server), client:
             await read(client, url)
-            assert not through_httpx
+            assert len(through_httpx) == (0 if HTTPX_HAS_EVERY_MEMBER else 1)
             response = await client.post(
                 url, json={"task_id": "t1", "after": 0}, headers={"accept-encoding": "identity"}
             )
             assert response.status_code == 200
-    assert len(through_httpx) == 1
+    assert len(through_httpx) == (1 if HTTPX_HAS_EVERY_MEMBER else 2)
     straight, by_httpx = server.requests
     assert straight.head == by_httpx.head
     assert straight.body == by_httpx.body
