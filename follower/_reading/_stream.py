@@ -243,16 +243,21 @@ class _StreamFollower:
         """Store the task as ``GetTask`` gives it: after a gap, what makes the turn complete."""
         method, params = self.source.wire.get_task(self.task_id, history=True)
         self.progress.reads += 1
+        started = anyio.current_time()
         try:
-            result = await call_jsonrpc(
-                client,
-                self.url,
-                method,
-                params,
-                timeout_seconds=self.options.read_timeout_seconds,
-                headers=(*self.options.headers, *self.source.wire.headers),
-                task_id=self.task_id,
-            )
+            try:
+                result = await call_jsonrpc(
+                    client,
+                    self.url,
+                    method,
+                    params,
+                    timeout_seconds=self.options.read_timeout_seconds,
+                    headers=(*self.options.headers, *self.source.wire.headers),
+                    task_id=self.task_id,
+                )
+            finally:  # a read like any other: timed, as a poll is
+                if (observer := self.progress.observer) is not None:
+                    observer.read_took(anyio.current_time() - started)
         except (AgentUnavailableError, PoolBusyError) as exc:
             self.progress.failed_reads += isinstance(exc, AgentUnavailableError)
             logger.warning(

@@ -19,7 +19,7 @@ import follower._reading._follow as _follow
 from follower import LiveTurnsStatistics, MemoryStore
 from follower.testing import Fault, ReferenceAgent, TaskScript
 
-from .steps import SCRIPT, Telemetry, live_turns, reference_agent, step_of_turns
+from .steps import POLL, SCRIPT, Telemetry, live_turns, reference_agent, step_of_turns
 
 pytestmark = pytest.mark.anyio
 
@@ -54,11 +54,32 @@ async def test_the_metrics_equal_statistics_after_a_step(telemetry: Telemetry, v
     assert_agree(found, stats)
     assert stats.events_stored > 0
     assert found["follower.reconnects"] == 0
-    # Every read timed: a cursor read or a poll each, a stream its head.
+    # Every read timed: a cursor read or a poll each, a stream its head and its task after a gap.
     assert found["follower.read.duration"] == stats.reads
     # No task or turn id among the attributes: the way of following is the only one.
     for points in telemetry.sums().values():
         assert set(points) <= {(("follower.via", via),)}
+
+
+async def test_a_streamed_turns_task_read_after_a_gap_is_timed_as_a_read(
+    telemetry: Telemetry,
+) -> None:
+    # Followed only once the task has ended: no stream to open, then its GetTask.
+    agent = ReferenceAgent(script=SCRIPT)
+    with anyio.fail_after(30):
+        async with (
+            reference_agent(agent, via="stream") as a2a,
+            live_turns(a2a, telemetry, MemoryStore()) as turns,
+            turns.following("turn-1") as turn,
+        ):
+            task = await a2a.send_message("hello")
+            done = await a2a.a2a.wait_for_task(task.id, poll_interval_seconds=POLL)
+            turn.follow(task.id)
+            turn.ended(done.state)
+    stats = turns.statistics()
+    assert stats.reads >= 2  # the refused subscription, and the task's GetTask
+    assert stats.turns[0].complete
+    assert by_via(telemetry, "stream")["follower.read.duration"] == stats.reads
 
 
 async def test_the_metrics_equal_statistics_while_the_step_runs(
