@@ -207,10 +207,12 @@ async def test_a_loop_that_falls_behind_keeps_at_most_its_slots_of_late_reads() 
     # 40 followers whose reads each spend 0.1 s of the loop (4 s of reads asked a
     # second): after the first round the loop is behind, so the reads in flight are
     # the slots' few, not the 40 that would all be waiting for the loop.
-    agent = Agent(cost_seconds=0.1, answer_after_seconds=ANSWER)
+    # The loop never catches up: its CPU is busy (spent_loop_seconds), so the small
+    # delays of reads that wait for the slots do not let the late ones all go at once.
+    agent = Agent(cost_seconds=0.1)
     followers = await follow_for(agent, 40, 30 * POLL, count_in_flight_after=10 * POLL)
     lags = [p.poll_lag_seconds for p in followers.progress.values()]
     # Behind, every follower's waits: each ended later than the loop's bound.
     assert all(lag is not None and lag > _admission.BEHIND_SECONDS for lag in lags), lags
-    assert agent.most_in_flight <= ADMITTED_READS + 1
+    assert agent.most_in_flight <= ADMITTED_READS
     assert all(len(times) >= 5 for times in agent.reads.values())

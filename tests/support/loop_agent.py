@@ -18,10 +18,11 @@ import anyio.lowlevel
 import httpx
 
 from follower._options import FollowOptions
+from follower._reading import _admission
 from follower._reading._follow import FollowProgress, follow_task
 from follower.lowlevel import TrajectoryBatch
 
-from .virtual_time import spend_loop_time
+from .virtual_time import spend_loop_time, spent_loop_seconds
 
 ENDPOINT = "http://agent.test/ext/trajectory"
 POLL = 1.0
@@ -87,10 +88,17 @@ async def sink(batch: TrajectoryBatch) -> None:
 
 
 class Followers:
-    """Followers of one in-memory agent, in one task group, each with its own progress."""
+    """Followers of one in-memory agent, in one task group, each with its own progress.
+
+    The loop's read admission asks whether its CPU is busy on the virtual CPU clock,
+    which counts the loop time the agent spends: the process's own would call the
+    loop idle, and let it catch up, while every read spends all of its time.
+    """
 
     def __init__(self, tg: anyio.abc.TaskGroup, agent: Agent) -> None:
         self.tg = tg
+        admission = _admission.loop_admission()
+        admission.cpu_clock = spent_loop_seconds
         self.options = FollowOptions(
             poll_interval_seconds=POLL,
             client=httpx.AsyncClient(transport=httpx.MockTransport(agent)),

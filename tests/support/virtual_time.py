@@ -32,14 +32,30 @@ def virtual_time_backends() -> list[Any]:
     ]
 
 
+_spent_seconds = 0.0
+
+
+def spent_loop_seconds() -> float:
+    """The loop time :func:`spend_loop_time` has spent in this process: a virtual CPU clock.
+
+    The process's real CPU clock would say a loop on virtual time is idle however
+    much of it the fakes spend, and a rule that asks whether the CPU is busy
+    (``follower._reading._admission``) would then see an overloaded loop as idle.
+    """
+    return _spent_seconds
+
+
 def spend_loop_time(seconds: float) -> None:
     """Move the virtual clock on by ``seconds`` at once, as a loop busy that long would see.
 
     For tests of a process over capacity: called in the middle of a task's step
     (an agent's handler), it stands for CPU that the step spends, during which no
-    other task runs. trio's ``MockClock.jump``; looptime has no public way to do
-    it, so its integer time (in units of its resolution) is moved directly.
+    other task runs, and :func:`spent_loop_seconds` counts it. trio's
+    ``MockClock.jump``; looptime has no public way to do it, so its integer time
+    (in units of its resolution) is moved directly.
     """
+    global _spent_seconds  # noqa: PLW0603 (one clock for the process, as the CPU's is)
+    _spent_seconds += seconds
     if sniffio.current_async_library() == "trio":
         clock = trio.lowlevel.current_clock()
         assert isinstance(clock, trio.testing.MockClock)
