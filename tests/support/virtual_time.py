@@ -54,7 +54,7 @@ def spend_loop_time(seconds: float) -> None:
     ``MockClock.jump``; looptime has no public way to do it, so its integer time
     (in units of its resolution) is moved directly.
     """
-    global _spent_seconds  # noqa: PLW0603 (one clock for the process, as the CPU's is)
+    global _spent_seconds  # one clock for the process, as the CPU's is
     _spent_seconds += seconds
     if sniffio.current_async_library() == "trio":
         clock = trio.lowlevel.current_clock()
