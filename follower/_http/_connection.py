@@ -10,18 +10,21 @@ poll): a readable idle socket was closed or reset by the server.
 
 from __future__ import annotations
 
+import os
 import select
 import ssl
 from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import attrs
 import httpx
 
 from ._response import END, ResponseParser
 
 if TYPE_CHECKING:
+    import socket
     from collections.abc import AsyncIterable
 
     from ._head import ResponseHead
@@ -41,6 +44,10 @@ class Connection:
     stream: anyio.abc.ByteStream
     # Registered once: asking whether an idle connection is readable is one poll.
     poller: Poller | None
+    # A plain TCP connection's socket, which a request is written into directly
+    # (``_send_whole``); None over TLS, whose bytes only the stream may write, and on
+    # Windows, where a socket is no file to ``os.write``.
+    raw_socket: socket.socket | None = None
     parser: ResponseParser = attrs.field(factory=ResponseParser)
     idle_since: float = 0.0
 
@@ -70,7 +77,10 @@ class Connection:
                 raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
         if scope.cancelled_caught:
             raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out")
-        return cls(origin, stream, Poller.of(stream))
+        raw = None
+        if isinstance(stream, anyio.abc.SocketStream) and os.name == "posix":
+            raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        return cls(origin, stream, Poller.of(stream), raw)
 
     def reusable(self, now: float, expiry_seconds: float) -> bool:
         """Whether the idle connection may carry another request: fresh and quiet."""
@@ -97,7 +107,7 @@ class Connection:
             try:
                 if isinstance(content, bytes):
                     # One send, so one syscall for a small request.
-                    await stream.send(writer.whole(content))
+                    await self._send_whole(writer.whole(content))
                 else:
                     await stream.send(writer.head)
                     async for chunk in content:
@@ -121,6 +131,29 @@ class Connection:
         if sending:
             raise httpx.WriteTimeout("sending the request timed out")
         raise httpx.ReadTimeout("the response's headers did not arrive in time")
+
+    async def _send_whole(self, data: bytes) -> None:
+        """Send ``data``, on a plain TCP connection straight into the socket's buffer.
+
+        A stream's send yields to the loop once it has written (both backends
+        checkpoint), and the response's receive, which comes next, waits anyway: that
+        turn of the loop is about a twentieth of a read's CPU. Between exchanges
+        nothing else writes to the socket, and the stream's own buffer is empty (its
+        sends return only once written), so the bytes go out in order. Whatever the
+        buffer does not take (never, for a request of a few hundred bytes) goes by the
+        stream. As the stream's send does, nothing is sent once the scope is cancelled.
+        """
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        sent = 0
+        if self.raw_socket is not None:
+            try:  # noqa: SIM105 (a read's path: no context manager's calls)
+                # fileno() each time: -1 (EBADF, a WriteError) once the stream closed it,
+                # never a number the process has since given another file.
+                sent = os.write(self.raw_socket.fileno(), data)
+            except BlockingIOError:
+                pass
+        if sent < len(data):
+            await self.stream.send(data[sent:])
 
     async def next_body(self, deadline: float) -> bytes | None:
         """The next piece of the response body, or None at its end.

@@ -169,6 +169,33 @@ async def test_one_connection_carries_many_reads() -> None:
     assert server.connections == 1
 
 
+async def test_a_request_bigger_than_the_sockets_buffer_arrives_whole_and_in_order() -> None:
+    # A request's bytes go straight into a plain connection's socket; what its buffer
+    # does not take (at most 4 MiB on Linux) follows by the stream, after them.
+    body = bytes(range(256)) * (12 * 4096)  # 12 MiB
+    with anyio.fail_after(30):
+        async with serving() as (url, server), agent_client() as client:
+            for _ in range(2):
+                response = await client.post(url, content=body)
+                assert response.status_code == 200
+    assert [request.body == body for request in server.requests] == [True, True]
+    assert server.connections == 1
+
+
+async def test_a_read_whose_scope_is_cancelled_sends_nothing() -> None:
+    # The connection is idle and kept: nothing on the way to the socket waits, so the
+    # send itself must see the cancel, as a stream's send does.
+    with anyio.fail_after(10):
+        async with serving() as (url, server), agent_client() as client:
+            await read(client, url)
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                await read(client, url)
+            assert scope.cancelled_caught
+            await read(client, url)
+    assert [request.body for request in server.requests] == [server.requests[0].body] * 2
+
+
 async def test_the_pool_reads_on_the_library_transport(monkeypatch: pytest.MonkeyPatch) -> None:
     for scheme in ("http", "https", "all"):
         for name in (f"{scheme}_proxy", f"{scheme.upper()}_PROXY"):

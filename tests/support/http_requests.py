@@ -17,6 +17,7 @@ async def read_request(stream: anyio.abc.ByteStream, buffer: bytes) -> tuple[byt
     for line in head.lower().split(b"\r\n")[1:]:
         if line.startswith(b"content-length:"):
             length = int(line.split(b":", 1)[1])
-    while len(buffer) < length:
-        buffer += await stream.receive()
-    return head, buffer[:length], buffer[length:]
+    received = bytearray(buffer)  # not bytes: a body of megabytes comes in many pieces
+    while len(received) < length:
+        received += await stream.receive()
+    return head, bytes(received[:length]), bytes(received[length:])
