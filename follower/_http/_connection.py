@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 import select
+import socket
 import ssl
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, cast
 
 import anyio
 import anyio.abc
@@ -24,7 +26,7 @@ import httpx
 from ._response import END, ResponseParser
 
 if TYPE_CHECKING:
-    import socket
+    import asyncio.trsock
     from collections.abc import AsyncIterable
 
     from ._head import ResponseHead
@@ -47,7 +49,7 @@ class Connection:
     # A plain TCP connection's socket, which a request is written into directly
     # (``_send_whole``); None over TLS, whose bytes only the stream may write, and on
     # Windows, where a socket is no file to ``os.write``.
-    raw_socket: socket.socket | None = None
+    raw_socket: socket.socket | asyncio.trsock.TransportSocket | None = None
     parser: ResponseParser = attrs.field(factory=ResponseParser)
     idle_since: float = 0.0
 
@@ -79,7 +81,7 @@ class Connection:
             raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out")
         raw = None
         if isinstance(stream, anyio.abc.SocketStream) and os.name == "posix":
-            raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+            raw = _writable_socket(stream.extra(anyio.abc.SocketAttribute.raw_socket))
         return cls(origin, stream, Poller.of(stream), raw)
 
     def reusable(self, now: float, expiry_seconds: float) -> bool:
@@ -138,10 +140,15 @@ class Connection:
         A stream's send yields to the loop once it has written (both backends
         checkpoint), and the response's receive, which comes next, waits anyway: that
         turn of the loop is about a twentieth of a read's CPU. Between exchanges
-        nothing else writes to the socket, and the stream's own buffer is empty (its
-        sends return only once written), so the bytes go out in order. Whatever the
-        buffer does not take (never, for a request of a few hundred bytes) goes by the
-        stream. As the stream's send does, nothing is sent once the scope is cancelled.
+        nothing else writes to the socket, and the stream keeps no bytes of its own:
+        trio's send returns once the kernel has taken every byte, and anyio sets
+        asyncio's write buffer limits to 0, so its send returns once the transport's
+        buffer is empty (``test_a_stream_returns_from_a_send_only_once_its_bytes_are_the_kernels``
+        fails should either change); an exchange whose send failed or was cancelled
+        never parks its connection. So the bytes go out in order. Whatever the
+        socket's buffer does not take (never, for a request of a few hundred bytes)
+        goes by the stream. As the stream's send does, nothing is sent once the scope
+        is cancelled.
         """
         await anyio.lowlevel.checkpoint_if_cancelled()
         sent = 0
@@ -184,6 +191,21 @@ class Connection:
     async def close(self) -> None:
         # Forcefully: a TLS goodbye to a server that stopped answering could hang.
         await anyio.aclose_forcefully(self.stream)
+
+
+def _writable_socket(raw: object) -> socket.socket | asyncio.trsock.TransportSocket | None:
+    """``raw`` if ``Connection._send_whole`` may write into it: its fileno() is -1 once closed.
+
+    The stdlib's socket (trio's) and asyncio's stand-in for it; another event loop's
+    stand-in (uvloop's keeps the number once closed, which the process may have given
+    another file since) is written by its stream only.
+    """
+    if isinstance(raw, socket.socket):
+        return raw
+    trsock = sys.modules.get("asyncio.trsock")  # loaded by any asyncio loop, not imported for trio
+    if trsock is not None and isinstance(raw, trsock.TransportSocket):
+        return cast("asyncio.trsock.TransportSocket", raw)
+    return None
 
 
 @attrs.define(eq=False)

@@ -14,6 +14,8 @@ Real sockets and real time, so the deadlines are generous.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import ssl
 import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -28,9 +30,11 @@ import pytest
 import trustme
 
 from follower import AgentUnavailableError, MalformedPageReason
+from follower._http import _connection
 from follower._http._agent_client import PRIVATE_MEMBERS, AgentClient
 from follower._http._body import WIRE_ALLOWANCE_BYTES
 from follower._http._clients import ClientPool, _shared_ssl_context
+from follower._http._connection import Connection
 from follower._http._exchange import read_page
 from follower._http._transport import AgentTransport
 
@@ -171,7 +175,7 @@ async def test_one_connection_carries_many_reads() -> None:
 
 async def test_a_request_bigger_than_the_sockets_buffer_arrives_whole_and_in_order() -> None:
     # A request's bytes go straight into a plain connection's socket; what its buffer
-    # does not take (at most 4 MiB on Linux) follows by the stream, after them.
+    # does not take (4 MiB at most with Linux's defaults) follows by the stream, after them.
     body = bytes(range(256)) * (12 * 4096)  # 12 MiB
     with anyio.fail_after(30):
         async with serving() as (url, server), agent_client() as client:
@@ -180,6 +184,87 @@ async def test_a_request_bigger_than_the_sockets_buffer_arrives_whole_and_in_ord
                 assert response.status_code == 200
     assert [request.body == body for request in server.requests] == [True, True]
     assert server.connections == 1
+
+
+async def test_what_the_socket_does_not_take_follows_by_the_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Whatever the host's buffers: a socket that takes 1,000 bytes of a request, then
+    # none (EAGAIN) of the next.
+    taken: list[int] = []
+
+    class SmallBuffer:
+        name = os.name
+
+        @staticmethod
+        def write(fd: int, data: bytes) -> int:
+            if len(taken) == 1:
+                taken.append(0)
+                raise BlockingIOError
+            taken.append(min(len(data), 1000))
+            return os.write(fd, data[:1000])
+
+    monkeypatch.setattr(_connection, "os", SmallBuffer)
+    body = bytes(range(256)) * 64  # 16 KiB
+    with anyio.fail_after(10):
+        async with serving() as (url, server), agent_client() as client:
+            for _ in range(3):
+                response = await client.post(url, content=body)
+                assert response.status_code == 200
+    assert taken[:2] == [1000, 0]
+    assert [request.body == body for request in server.requests] == [True] * 3
+    assert server.connections == 1
+
+
+async def test_bytes_written_into_the_socket_after_a_streams_send_follow_its_bytes() -> None:
+    # What writing into a parked connection's socket relies on (Connection._send_whole):
+    # once a stream's send returned, it keeps none of the bytes. trio's send hands every
+    # byte to the kernel before it returns; on asyncio, anyio sets the transport's write
+    # buffer limits to 0, so its send waits until the transport's buffer is empty. Were
+    # either to keep some, the bytes written after them would overtake them.
+    received = bytearray()
+    drained = anyio.Event()
+
+    async def drain(peer: anyio.abc.ByteStream) -> None:
+        async with peer:
+            try:
+                while True:
+                    received.extend(await peer.receive())
+            except anyio.EndOfStream:
+                drained.set()
+
+    big = bytes(range(256)) * 65536  # 16 MiB: more than the socket's buffers take
+    with anyio.fail_after(30):
+        async with (
+            await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(listener.serve, drain)
+            port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            origin = (b"http", b"127.0.0.1", port)
+            deadline = anyio.current_time() + 10
+            connection = await Connection.open(origin, _shared_ssl_context(), deadline)
+            assert connection.raw_socket is not None
+            for n in range(3):
+                await connection.stream.send(big)
+                await connection._send_whole(b"after %d" % n)
+            await connection.close()
+            await drained.wait()
+            tg.cancel_scope.cancel()
+    assert received == b"".join(big + b"after %d" % n for n in range(3))
+
+
+def test_only_sockets_that_say_when_they_are_closed_are_written_into() -> None:
+    # uvloop's stand-in keeps its number once closed; a number the process may have
+    # given another file since must never be written into.
+    class KeepsItsNumber:
+        def fileno(self) -> int:
+            return 3
+
+    with socket.socket() as plain:
+        assert _connection._writable_socket(plain) is plain
+    assert _connection._writable_socket(KeepsItsNumber()) is None
+    assert _connection._writable_socket(None) is None
 
 
 async def test_a_read_whose_scope_is_cancelled_sends_nothing() -> None:
