@@ -168,6 +168,11 @@ def _resolve_on_origin(endpoint: str, a2a_url: str) -> str | None:
 
 def printable(text: str) -> bool:
     """No whitespace, backslash or control/format character, ASCII or not."""
+    if text.isascii():
+        # In ASCII the only such characters are the controls (which isprintable() refuses,
+        # the whitespace among them too), the space and the backslash: checked in C, as
+        # every turn's endpoint is when it starts.
+        return text.isprintable() and " " not in text and "\\" not in text
     return not any(
         c == "\\" or c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp", "Zs")
         for c in text
