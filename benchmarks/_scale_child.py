@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import httpx
 from _measure import (
     LAG_SETTLE_SECONDS,
@@ -67,6 +68,7 @@ async def measure(
         "followers": n,
         "python": sys.version.split()[0],
         "agent": "lean",
+        "start_batch": args.start_batch,
     }
     heartbeat = Heartbeat()
     gc_clock = GcClock()
@@ -80,8 +82,10 @@ async def measure(
         started_at = anyio.current_time()
         heartbeat.phase = gc_clock.phase = "startup"
         async with anyio.create_task_group() as followers:
-            for turn_id in turns:
+            for n, turn_id in enumerate(turns, 1):
                 followers.start_soon(follow, turn_id)
+                if args.start_batch and n % args.start_batch == 0:
+                    await anyio.lowlevel.checkpoint()  # the batch's entries run next
             with anyio.move_on_after(args.startup_timeout):
                 await all_started.wait()
             rss_after = rss_kib()
@@ -300,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-id", default="run", help="makes this run's task ids its own")
     parser.add_argument(
         "--gc-freeze", action="store_true", help="gc.freeze() once every follower has started"
+    )
+    parser.add_argument(
+        "--start-batch", type=int, default=0, help="start K followers a turn of the loop (0: all)"
     )
     args = parser.parse_args(argv)
     if args.side == "old" and args.backend != "asyncio":

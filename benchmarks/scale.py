@@ -123,6 +123,8 @@ def run_one(args: argparse.Namespace, side: str, n: int, run_id: str) -> dict[st
             str(agent.pid),
             "--run-id",
             run_id,
+            "--start-batch",
+            str(args.start_batch),
             *(["--gc-freeze"] if args.gc_freeze and kind == "ours" else []),
         ]
         profile = None
@@ -440,6 +442,14 @@ def _parser() -> argparse.ArgumentParser:
         "--gc-freeze",
         action="store_true",
         help="our side calls gc.freeze() once its followers have started (an operator's option)",
+    )
+    parser.add_argument(
+        "--start-batch",
+        type=int,
+        default=0,
+        metavar="K",
+        help="start the followers K at a time, the loop running between batches, as a worker "
+        "that starts its steps as they come (default 0: all in one turn of the loop)",
     )
     parser.add_argument("--json", metavar="PATH", help="write every run and the summary here")
     parser.add_argument("--markdown", action="store_true", help="print the tables as markdown")

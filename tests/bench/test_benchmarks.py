@@ -57,7 +57,7 @@ def run(script: str, *args: str, timeout: float = 180) -> str:
     return done.stdout
 
 
-def scale_quick(tmp_path: Path, sides: str) -> dict[str, Any]:
+def scale_quick(tmp_path: Path, sides: str, *extra: str) -> dict[str, Any]:
     out = tmp_path / "scale.json"
     printed = run(
         "scale.py",
@@ -72,17 +72,20 @@ def scale_quick(tmp_path: Path, sides: str) -> dict[str, Any]:
         str(OLD_PYTHON),
         "--json",
         str(out),
+        *extra,
     )
     assert "Targets (issue 10)" in printed
     return dict(json.loads(out.read_text()))
 
 
 def test_scale_quick_runs_ours_on_both_backends(tmp_path: Path) -> None:
-    document = scale_quick(tmp_path, "ours-asyncio,ours-trio")
+    # Started 3 at a time, as a worker that starts its steps as they come: every one starts.
+    document = scale_quick(tmp_path, "ours-asyncio,ours-trio", "--start-batch", "3")
     runs = {run["side_name"]: run for run in document["runs"]}
     assert set(runs) == {"ours-asyncio", "ours-trio"}
     for result in runs.values():
         assert result["followers"] == 10
+        assert result["start_batch"] == 3
         assert result["started"] == 10, result
         assert result["reads"] > 0
         assert result["pages"] > 0
