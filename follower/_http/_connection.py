@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import os
 import select
-import socket
 import ssl
-import sys
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -26,7 +24,7 @@ import httpx
 from ._response import END, ResponseParser
 
 if TYPE_CHECKING:
-    import asyncio.trsock
+    import socket
     from collections.abc import AsyncIterable
 
     from ._head import ResponseHead
@@ -47,9 +45,11 @@ class Connection:
     # Registered once: asking whether an idle connection is readable is one poll.
     poller: Poller | None
     # A plain TCP connection's socket, which a request is written into directly
-    # (``_send_whole``); None over TLS, whose bytes only the stream may write, and on
-    # Windows, where a socket is no file to ``os.write``.
-    raw_socket: socket.socket | asyncio.trsock.TransportSocket | None = None
+    # (``_send_whole``), and what its descriptor is (device, inode); None over TLS, whose
+    # bytes only the stream may write, and on Windows, where a socket is no file to
+    # ``os.write``.
+    raw_socket: socket.socket | None = None
+    socket_identity: tuple[int, int] = (0, 0)
     parser: ResponseParser = attrs.field(factory=ResponseParser)
     idle_since: float = 0.0
 
@@ -79,10 +79,11 @@ class Connection:
                 raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
         if scope.cancelled_caught:
             raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out")
-        raw = None
+        connection = cls(origin, stream, Poller.of(stream))
         if isinstance(stream, anyio.abc.SocketStream) and os.name == "posix":
-            raw = _writable_socket(stream.extra(anyio.abc.SocketAttribute.raw_socket))
-        return cls(origin, stream, Poller.of(stream), raw)
+            raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+            connection.raw_socket, connection.socket_identity = raw, _identity(raw.fileno())
+        return connection
 
     def reusable(self, now: float, expiry_seconds: float) -> bool:
         """Whether the idle connection may carry another request: fresh and quiet."""
@@ -143,22 +144,23 @@ class Connection:
         nothing else writes to the socket, and the stream keeps no bytes of its own:
         trio's send returns once the kernel has taken every byte, and anyio sets
         asyncio's write buffer limits to 0, so its send returns once the transport's
-        buffer is empty (``test_a_stream_returns_from_a_send_only_once_its_bytes_are_the_kernels``
-        fails should either change); an exchange whose send failed or was cancelled
-        never parks its connection. So the bytes go out in order. Whatever the
-        socket's buffer does not take (never, for a request of a few hundred bytes)
-        goes by the stream. As the stream's send does, nothing is sent once the scope
-        is cancelled.
+        buffer is empty (a test in tests/http/test_transport.py fails should either
+        change); an exchange whose send failed or was cancelled never parks its
+        connection. So the bytes go out in order. Whatever the socket's buffer does
+        not take (never, for a request of a few hundred bytes) goes by the stream. As
+        the stream's send does, nothing is sent once the scope is cancelled.
         """
         await anyio.lowlevel.checkpoint_if_cancelled()
         sent = 0
         if self.raw_socket is not None:
-            try:  # noqa: SIM105 (a read's path: no context manager's calls)
-                # fileno() each time: -1 (EBADF, a WriteError) once the stream closed it,
-                # never a number the process has since given another file.
-                sent = os.write(self.raw_socket.fileno(), data)
-            except BlockingIOError:
-                pass
+            fd = self.raw_socket.fileno()
+            # Still this connection's socket: one closed under it (-1, or a number kept by
+            # another event loop's stand-in) may have given its number to another file.
+            if _identity(fd) == self.socket_identity:
+                try:  # noqa: SIM105 (a read's path: no context manager's calls)
+                    sent = os.write(fd, data)
+                except BlockingIOError:
+                    pass
         if sent < len(data):
             await self.stream.send(data[sent:])
 
@@ -193,19 +195,13 @@ class Connection:
         await anyio.aclose_forcefully(self.stream)
 
 
-def _writable_socket(raw: object) -> socket.socket | asyncio.trsock.TransportSocket | None:
-    """``raw`` if ``Connection._send_whole`` may write into it: its fileno() is -1 once closed.
-
-    The stdlib's socket (trio's) and asyncio's stand-in for it; another event loop's
-    stand-in (uvloop's keeps the number once closed, which the process may have given
-    another file since) is written by its stream only.
-    """
-    if isinstance(raw, socket.socket):
-        return raw
-    trsock = sys.modules.get("asyncio.trsock")  # loaded by any asyncio loop, not imported for trio
-    if trsock is not None and isinstance(raw, trsock.TransportSocket):
-        return cast("asyncio.trsock.TransportSocket", raw)
-    return None
+def _identity(fd: int) -> tuple[int, int]:
+    """What file a descriptor is (device, inode), or ``(-1, -1)`` for none."""
+    try:
+        status = os.fstat(fd)
+    except OSError:
+        return (-1, -1)
+    return (status.st_dev, status.st_ino)
 
 
 @attrs.define(eq=False)

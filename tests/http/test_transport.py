@@ -195,6 +195,7 @@ async def test_what_the_socket_does_not_take_follows_by_the_stream(
 
     class SmallBuffer:
         name = os.name
+        fstat = staticmethod(os.fstat)
 
         @staticmethod
         def write(fd: int, data: bytes) -> int:
@@ -254,17 +255,37 @@ async def test_bytes_written_into_the_socket_after_a_streams_send_follow_its_byt
     assert received == b"".join(big + b"after %d" % n for n in range(3))
 
 
-def test_only_sockets_that_say_when_they_are_closed_are_written_into() -> None:
-    # uvloop's stand-in keeps its number once closed; a number the process may have
-    # given another file since must never be written into.
+async def test_a_socket_number_given_to_another_file_is_never_written_into() -> None:
+    # A socket closed under its connection frees its number, which the process may give
+    # another file (and another event loop's stand-in keeps returning it): the request
+    # then goes by the stream, never into that file.
+    origin = (b"http", b"127.0.0.1", 9)
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+
     class KeepsItsNumber:
         def fileno(self) -> int:
-            return 3
+            return write_end
 
-    with socket.socket() as plain:
-        assert _connection._writable_socket(plain) is plain
-    assert _connection._writable_socket(KeepsItsNumber()) is None
-    assert _connection._writable_socket(None) is None
+    sent: list[bytes] = []
+
+    class Stream:
+        async def send(self, item: bytes) -> None:
+            sent.append(item)
+
+    try:
+        with socket.socket() as plain:
+            connection = Connection(origin, Stream(), None)  # type: ignore[arg-type]
+            connection.raw_socket = plain
+            connection.socket_identity = _connection._identity(plain.fileno())
+            connection.raw_socket = KeepsItsNumber()  # type: ignore[assignment]
+            await connection._send_whole(b"request")
+        with pytest.raises(BlockingIOError):
+            os.read(read_end, 100)
+        assert sent == [b"request"]
+    finally:
+        os.close(read_end)
+        os.close(write_end)
 
 
 async def test_a_read_whose_scope_is_cancelled_sends_nothing() -> None:
