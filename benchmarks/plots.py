@@ -48,6 +48,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
+from scale import CPU_RATIO_1000, LAG_P99_5000_MS, RSS_5000_KIB, STARTUP_BLOCK_5000_MS
+
 matplotlib.use("Agg")
 
 HERE = Path(__file__).resolve().parent
@@ -288,7 +290,7 @@ SCALE_PLOTS = (
         "CPU per read against N",
         "CPU µs per read",
         "CPU per read against N, a line per side measured",
-        "CPU per read (µs) against N (`scale.py`); dotted: 0.4x the old follower's, the "
+        "CPU per read (µs) against N (`scale.py`); dotted: 0.2x the old follower's, the "
         "target at N = 1,000.",
         log=False,
     ),
@@ -301,7 +303,7 @@ SCALE_PLOTS = (
         "Poll lag p99 (ms, log scale) against N (`scale.py`); dashed: the target, under "
         "250 ms at 5,000 followers.",
         log=True,
-        target=250.0,
+        target=LAG_P99_5000_MS,
         target_label="target: < 250 ms (at N = 5,000)",
     ),
     ScalePlot(
@@ -311,10 +313,10 @@ SCALE_PLOTS = (
         "RSS KiB per follower (log scale)",
         "RSS per follower against N, a line per side measured",
         "RSS per follower (KiB, log scale) against N, at the end of start-up (`scale.py`); "
-        "dashed: the target, 30 KiB at 1,000 followers.",
+        "dashed: the target, 20 KiB at 5,000 followers.",
         log=True,
-        target=30.0,
-        target_label="target: <= 30 KiB (at N = 1,000)",
+        target=RSS_5000_KIB,
+        target_label="target: <= 20 KiB (at N = 5,000)",
     ),
     ScalePlot(
         "scale-startup-block",
@@ -325,7 +327,7 @@ SCALE_PLOTS = (
         "The worst lateness of a 10 ms sleep while N followers start (ms, log scale; "
         "`scale.py`); dashed: the target, 50 ms at 5,000 followers.",
         log=True,
-        target=50.0,
+        target=STARTUP_BLOCK_5000_MS,
         target_label="target: <= 50 ms (at N = 5,000)",
     ),
 )
@@ -423,11 +425,11 @@ def draw_scale(document: dict[str, Any], path: Path, out: Path) -> list[Image]:
             old = cells["old"]
             axes.plot(
                 [cell.n for cell in old],
-                [0.4 * cell.median for cell in old],
+                [CPU_RATIO_1000 * cell.median for cell in old],
                 linestyle=":",
                 color=COLOURS["old"],
                 linewidth=1.2,
-                label="0.4x old (the target at N = 1,000)",
+                label=f"{CPU_RATIO_1000}x old (the target at N = 1,000)",
             )
         if plot.target is not None:
             axes.axhline(

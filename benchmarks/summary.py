@@ -1,4 +1,4 @@
-"""Every target of issue 10 against the figures in ``benchmarks/results/``: met or not.
+"""Every target of issues 10 and 21 against the figures in ``benchmarks/results/``: met or not.
 
 Each benchmark writes its figures as JSON. A benchmark's JSON says what it
 measured against a target in a top-level ``"targets"`` list, each entry
@@ -21,15 +21,15 @@ from typing import Any
 from _measure import markdown_table, text_table
 
 HERE = Path(__file__).resolve().parent
-# Issue 10's targets, by the benchmark that measures each: (id, what, bound).
+# The targets of issues 10 and 21, by the benchmark that measures each: (id, what, bound).
 TARGETS: dict[str, list[tuple[str, str, str]]] = {
     "scale": [
         (
             "scale.cpu_ratio_1000_asyncio",
             "CPU per read at N=1000, ours on asyncio / old",
-            "<= 0.4x",
+            "<= 0.2x",
         ),
-        ("scale.cpu_ratio_1000_trio", "CPU per read at N=1000, ours on trio / old", "<= 0.4x"),
+        ("scale.cpu_ratio_1000_trio", "CPU per read at N=1000, ours on trio / old", "<= 0.2x"),
         ("scale.rss_1000_asyncio", "RSS per follower at N=1000, ours on asyncio", "<= 30 KiB"),
         ("scale.rss_1000_trio", "RSS per follower at N=1000, ours on trio", "<= 30 KiB"),
         ("scale.lag_p99_5000_asyncio", "poll lag p99, 5000 followers, asyncio", "< 250 ms"),
@@ -40,9 +40,22 @@ TARGETS: dict[str, list[tuple[str, str, str]]] = {
             "<= 50 ms",
         ),
         ("scale.startup_block_5000_trio", "worst loop block while 5000 start, trio", "<= 50 ms"),
+        ("scale.rss_5000_asyncio", "RSS per follower at N=5000, ours on asyncio", "<= 20 KiB"),
+        ("scale.rss_5000_trio", "RSS per follower at N=5000, ours on trio", "<= 20 KiB"),
+        (
+            "scale.cpu_5000_over_1000_asyncio",
+            "CPU per read at N=5000 / at N=1000, ours on asyncio, same run",
+            "<= 1.2x",
+        ),
+        (
+            "scale.cpu_5000_over_1000_trio",
+            "CPU per read at N=5000 / at N=1000, ours on trio, same run",
+            "<= 1.2x",
+        ),
     ],
     "read_path": [
-        ("read_path.cpu_per_read_asyncio", "one follower's read, CPU, asyncio", "<= 150 µs"),
+        ("read_path.cpu_per_read_asyncio", "one follower's read, CPU, asyncio", "<= 120 µs"),
+        ("read_path.cpu_per_read_trio", "one follower's read, CPU, trio", "<= 120 µs"),
     ],
     "throughput": [
         ("throughput.memory_events_per_second", "small events/s into MemoryStore", ">= 200,000"),
@@ -115,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows
     ]
     render = markdown_table if args.markdown else text_table
-    print("Targets (issue 10), from " + str(args.results))
+    print("Targets (issues 10 and 21), from " + str(args.results))
     print()
     for line in render(header, body):
         print(line)
