@@ -79,6 +79,64 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy_seconds() -> float | None:
+    """CPU seconds every core of the machine has spent busy since boot (None off Linux).
+
+    From the first line of /proc/stat: user, nice, system, irq, softirq and steal (the
+    hypervisor's); idle and iowait are not busy.
+    """
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def own_and_children_cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that have been waited for."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@dataclass
+class OthersClock:
+    """How much CPU the machine spent on anything but this process and its children.
+
+    Started before a run and read after its children were waited for: what other
+    processes (and the hypervisor, as steal) took meanwhile, as a share of one core.
+    A benchmark's figures from a run where that share was high are a loaded machine's.
+    """
+
+    busy: float | None = None
+    ours: float = 0.0
+    began: float = 0.0
+
+    def start(self) -> None:
+        self.busy, self.ours, self.began = (
+            machine_busy_seconds(),
+            own_and_children_cpu_seconds(),
+            time.monotonic(),
+        )
+
+    def others_seconds(self) -> float | None:
+        """Others' CPU seconds since :meth:`start` (None where it cannot be told)."""
+        busy = machine_busy_seconds()
+        if busy is None or self.busy is None:
+            return None
+        return max(0.0, (busy - self.busy) - (own_and_children_cpu_seconds() - self.ours))
+
+    def share_of_a_core(self) -> float | None:
+        """Others' CPU since :meth:`start` over the wall time (None where it cannot be told)."""
+        others = self.others_seconds()
+        elapsed = time.monotonic() - self.began
+        return None if others is None or elapsed <= 0 else others / elapsed
+
+
 def raise_open_files_limit() -> int:
     """Raise this process's soft limit of open files to its hard limit: thousands of sockets."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

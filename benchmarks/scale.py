@@ -45,11 +45,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _measure import RESULT_MARK, machine, markdown_table, number, run_about, text_table
+from _measure import (
+    RESULT_MARK,
+    OthersClock,
+    machine,
+    markdown_table,
+    number,
+    run_about,
+    text_table,
+)
 from _profile import py_spy, where_time_goes
 
 HERE = Path(__file__).resolve().parent
 SIDES = ("old", "ours-asyncio", "ours-trio")
+# A run during which other processes (or the hypervisor, as steal) took this share of a
+# core or more ran on a loaded machine: its figures are named as such, never quoted as
+# the machine's (a benchmark's child and its agent take one core each of the two).
+LOADED_SHARE = 0.1
 DEFAULT_OLD_PYTHON = HERE.parent / ".venvs" / "old-follower" / "bin" / "python"
 # What each figure is compared by: its key in a run's result, and its name.
 FIGURES = (
@@ -101,6 +113,8 @@ def run_one(args: argparse.Namespace, side: str, n: int, run_id: str) -> dict[st
     """One side at one N, in a fresh child against a fresh lean agent."""
     kind, _, backend = side.partition("-")
     python = str(args.old_python) if kind == "old" else sys.executable
+    others = OthersClock()
+    others.start()
     agent, url = start_lean_agent(args)
     try:
         command = [
@@ -149,11 +163,13 @@ def run_one(args: argparse.Namespace, side: str, n: int, run_id: str) -> dict[st
         )
     finally:
         stop(agent)
+    others_share = others.share_of_a_core()
     for line in done.stdout.splitlines():
         if line.startswith(RESULT_MARK):
             result = dict(json.loads(line[len(RESULT_MARK) :]))
             result["side_name"] = side
             result["run_seconds"] = time.monotonic() - began
+            result["others_cpu_share"] = others_share
             blocked = result["loop_blocked_ms"]
             result["loop_blocked_startup_ms"] = blocked.get("startup", 0.0)
             result["loop_blocked_window_ms"] = blocked.get("window", 0.0)
@@ -174,7 +190,25 @@ def describe(r: dict[str, Any]) -> str:
         f"poll lag p99 {number(r['lag_p99_ms'], '.0f')} ms, "
         f"block {r['loop_blocked_startup_ms']:.0f}/{r['loop_blocked_window_ms']:.0f} ms, "
         f"{r['failures']} failed, {r['pool_busy']} pool busy ({r['run_seconds']:.0f} s)"
+        f"{load_note(r)}"
     )
+
+
+def load_note(r: dict[str, Any]) -> str:
+    """What other processes took of the machine during a run, when that makes it loaded."""
+    share = r.get("others_cpu_share")
+    if share is None or share < LOADED_SHARE:
+        return ""
+    return f"; LOADED: other processes took {share:.0%} of a core"
+
+
+def loaded_runs(results: list[dict[str, Any]]) -> list[str]:
+    """The runs during which other processes took more than LOADED_SHARE of a core."""
+    return [
+        f"{r['side_name']} N={r['followers']}: {r['others_cpu_share']:.0%} of a core"
+        for r in results
+        if (r.get("others_cpu_share") or 0.0) >= LOADED_SHARE
+    ]
 
 
 # --- many runs: medians, ratios, targets ----------------------------------------------
@@ -471,6 +505,7 @@ def write_json(
             "agent": "lean (benchmarks/lean_agent.py), another process",
         },
         "runs": results,
+        "loaded_runs": loaded_runs(results),
         "summary": rows,
         "targets": found,
     }
@@ -566,6 +601,7 @@ def main(argv: list[str] | None = None) -> int:
             f"load {about['load_average'][0]:.2f} at the start"
         )
         print_all(document["summary"], document["targets"], markdown=args.markdown)
+        print_load(document["runs"])
         return 0
     if args.quick:  # a smoke run, unless told otherwise
         if args.followers == _parser().get_default("followers"):
@@ -616,7 +652,21 @@ def main(argv: list[str] | None = None) -> int:
     rows = summarize(results)
     found = targets(rows)
     print_all(rows, found, markdown=args.markdown)
+    print_load(results)
     return 0
+
+
+def print_load(results: list[dict[str, Any]]) -> None:
+    loaded = loaded_runs(results)
+    if loaded:
+        print(f"\nLoaded machine: other processes took {LOADED_SHARE:.0%} of a core or more in")
+        for run in loaded:
+            print(f"  {run}")
+        print("so those figures are not this machine's: run again on a quiet one.")
+        return
+    shares = [r["others_cpu_share"] for r in results if r.get("others_cpu_share") is not None]
+    if shares:
+        print(f"\nOther processes took at most {max(shares):.1%} of a core during any run.")
 
 
 if __name__ == "__main__":

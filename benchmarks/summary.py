@@ -86,7 +86,7 @@ def load(results: Path, name: str) -> dict[str, Any] | None:
 
 
 def collect(results: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every target, measured or not; and a note per benchmark that gave none."""
+    """Every target, measured or not; and notes: a benchmark that gave none, a loaded run."""
     rows: list[dict[str, Any]] = []
     notes = []
     for name, known in TARGETS.items():
@@ -96,6 +96,8 @@ def collect(results: Path) -> tuple[list[dict[str, Any]], list[str]]:
             notes.append(f"{name}: no {results / (name + '.json')} (not run, or it failed)")
         elif not given:
             notes.append(f'{name}: its JSON names no targets (a top-level "targets" list)')
+        for run in (document or {}).get("loaded_runs", []):
+            notes.append(f"{name}: a loaded machine (other processes took CPU) in {run}")
         for id_, what, bound in known:
             found = given.pop(id_, None)
             if found is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -170,11 +171,13 @@ def test_summary_names_every_target_measured_or_not(tmp_path: Path) -> None:
                 "shown": "20 KiB",
                 "met": True,
             }
-        ]
+        ],
+        "loaded_runs": ["ours-trio N=5000: 40% of a core"],
     }
     (tmp_path / "scale.json").write_text(json.dumps(scale))
     printed = run("summary.py", "--results", str(tmp_path), "--markdown")
     assert "| RSS | <= 30 KiB | 20 KiB | yes |" in printed
+    assert "a loaded machine (other processes took CPU) in ours-trio N=5000" in printed
     assert "small events/s into MemoryStore" in printed  # no throughput.json: not measured
     assert "1 met, 0 missed, 18 not measured" in printed
 
@@ -289,3 +292,25 @@ def test_streams_quick_measures_both_ways_on_each_backend(tmp_path: Path, backen
     assert busy["events"] > 0
     (teardown,) = report["teardown"]
     assert teardown["reconnects_after_stop"] == 0
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the machine's CPU is read from /proc")
+def test_a_process_not_waited_for_counts_as_another_processs_cpu() -> None:
+    """scale.py's loaded-machine check: a process's CPU is ours once waited for, not before."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from _measure import OthersClock
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    clock = OthersClock()
+    clock.start()
+    spin = "import time\nwhile time.process_time() < 0.4: pass"
+    child = subprocess.Popen([sys.executable, "-c", spin])
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not yet reaped
+    before_reaping = clock.others_seconds()
+    child.wait()
+    after_reaping = clock.others_seconds()
+    assert before_reaping is not None
+    assert after_reaping is not None
+    assert before_reaping >= 0.3  # its CPU, which this process cannot yet call its own
+    assert before_reaping - after_reaping >= 0.3  # reaped: its CPU is its parent's now
