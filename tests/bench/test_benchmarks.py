@@ -209,6 +209,18 @@ def test_read_path_quick_measures_every_way_on_both_backends(tmp_path: Path) -> 
     assert "read_page + ours" in printed
 
 
+def test_waits_quick_measures_every_way_on_both_backends(tmp_path: Path) -> None:
+    out = tmp_path / "waits.json"
+    printed = run("waits.py", "--quick", "--json", str(out))
+    results = json.loads(out.read_text())["results"]
+    ways = ("library", "sleep", "timekeeper")
+    assert {(r["backend"], r["way"]) for r in results} == {
+        (backend, way) for backend in ("asyncio", "trio") for way in ways
+    }
+    assert all(r["cpu_us_per_wait"] > 0 for r in results)
+    assert "timekeeper" in printed
+
+
 def throughput_quick(tmp_path: Path, *old: str) -> dict[str, Any]:
     out = tmp_path / "throughput.json"
     printed = run("throughput.py", "--quick", "--json", str(out), "--tmp", str(tmp_path), *old)
