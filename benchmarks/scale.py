@@ -329,42 +329,35 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             rss is not None and rss <= RSS_1000_KIB,
             f"{rss:.3g} KiB" if rss is not None else "",
         )
-    for backend in ("asyncio", "trio"):
-        ours = row(5000, f"ours-{backend}")
-        lag = ours["lag_p99_ms"] if ours else None
-        target(
-            f"scale.lag_p99_5000_{backend}",
-            f"poll lag p99 with 5000 followers, ours on {backend}",
-            f"< {LAG_P99_5000_MS:.0f} ms",
-            lag,
-            ours is not None
-            and lag is not None
-            and worst(ours, "lag_p99_ms") < LAG_P99_5000_MS
-            and ours["started"] == 5000,
-            over_rounds(ours, "lag_p99_ms", " ms") if ours and lag is not None else "",
-        )
-    for backend in ("asyncio", "trio"):
-        ours = row(5000, f"ours-{backend}")
-        block = ours["loop_blocked_startup_ms"] if ours else None
-        target(
-            f"scale.startup_block_5000_{backend}",
-            f"worst loop block while 5000 start, ours on {backend}",
-            f"<= {STARTUP_BLOCK_5000_MS:.0f} ms",
-            block,
-            ours is not None and worst(ours, "loop_blocked_startup_ms") <= STARTUP_BLOCK_5000_MS,
-            over_rounds(ours, "loop_blocked_startup_ms", " ms") if ours else "",
-        )
-    for backend in ("asyncio", "trio"):
-        ours = row(5000, f"ours-{backend}")
-        rss = ours["rss_per_follower_kib"] if ours else None
-        target(
-            f"scale.rss_5000_{backend}",
-            f"RSS per follower at N=5000, ours on {backend}",
-            f"<= {RSS_5000_KIB:.0f} KiB",
-            rss,
-            ours is not None and worst(ours, "rss_per_follower_kib") <= RSS_5000_KIB,
-            over_rounds(ours, "rss_per_follower_kib", " KiB") if ours else "",
-        )
+    # At N = 5,000, each bound must hold in every round, with every follower started.
+    at_5000_bounds = (
+        ("lag_p99_5000", "poll lag p99 with 5000 followers", "lag_p99_ms", LAG_P99_5000_MS),
+        (
+            "startup_block_5000",
+            "worst loop block while 5000 start",
+            "loop_blocked_startup_ms",
+            STARTUP_BLOCK_5000_MS,
+        ),
+        ("rss_5000", "RSS per follower at N=5000", "rss_per_follower_kib", RSS_5000_KIB),
+    )
+    for id_, what, key, bound in at_5000_bounds:
+        strict = key == "lag_p99_ms"  # under 250 ms; the others at most their bound
+        unit = " KiB" if key.endswith("_kib") else " ms"
+        for backend in ("asyncio", "trio"):
+            ours = row(5000, f"ours-{backend}")
+            measured = ours[key] if ours else None
+            highest = worst(ours, key) if ours and measured is not None else None
+            target(
+                f"scale.{id_}_{backend}",
+                f"{what}, ours on {backend}",
+                f"{'<' if strict else '<='} {bound:.0f}{unit}",
+                measured,
+                ours is not None
+                and highest is not None
+                and (highest < bound if strict else highest <= bound)
+                and ours["started"] == 5000,
+                over_rounds(ours, key, unit) if ours and measured is not None else "",
+            )
     for backend in ("asyncio", "trio"):
         at_5000, at_1000 = row(5000, f"ours-{backend}"), row(1000, f"ours-{backend}")
         cpu_5000 = at_5000["cpu_per_read_us"] if at_5000 else None
