@@ -373,7 +373,7 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             and cpu_1000 is not None
             and worst(at_5000, "cpu_per_read_us") / cpu_1000 <= CPU_5000_OVER_1000,
             over_rounds(at_5000, "cpu_per_read_us", "x", 1 / cpu_1000)
-            if at_5000 is not None and cpu_1000
+            if at_5000 is not None and ratio is not None and cpu_1000
             else "",
         )
     return out

@@ -326,3 +326,14 @@ def test_a_process_not_waited_for_counts_as_another_processs_cpu() -> None:
     assert after_reaping is not None
     assert before_reaping >= 0.3  # its CPU, which this process cannot yet call its own
     assert before_reaping - after_reaping >= 0.3  # reaped: its CPU is its parent's now
+
+
+def test_a_figure_a_run_could_not_measure_is_a_target_not_measured() -> None:
+    figures = ("lag_p99_ms", "loop_blocked_startup_ms", "rss_per_follower_kib", "cpu_per_read_us")
+    at_1000 = scale_row(1000, dict(zip(figures, (20.0, 10.0, 19.0, 100.0), strict=True)))
+    at_5000 = scale_row(5000, dict(zip(figures, (200.0, 40.0, 18.0, 110.0), strict=True)))
+    at_5000.update(dict.fromkeys(figures))  # no read counted, no page stored: no figure
+    found = scale_targets([at_1000, at_5000])
+    for id_ in ("lag_p99_5000", "startup_block_5000", "rss_5000", "cpu_5000_over_1000"):
+        assert found[f"scale.{id_}_asyncio"]["shown"] == "not measured"
+        assert found[f"scale.{id_}_asyncio"]["met"] is None
