@@ -1,8 +1,8 @@
 """``make bench``: every benchmark in turn, each writing JSON into ``benchmarks/results/``.
 
 Runs ``scale.py``, then ``read_path.py``, ``throughput.py``, ``teardown.py``, ``streams.py``,
-``sse_parse.py`` and ``waits.py`` where they exist (each is named as missing where it does not), each printing its
-own tables, then ``summary.py``: every target and whether it was met, and
+``sse_parse.py``, ``waits.py`` and ``collector_floor.py`` where they exist (each is named as
+missing where it does not), each printing its own tables, then ``summary.py``: every target and whether it was met, and
 ``plots.py``: the figures drawn as SVG images into docs/images/benchmarks/. Figures,
 never assertions: a benchmark or a plot that fails makes the exit code non-zero, a
 target missed does not. ``BENCH_QUICK=1`` (or ``--quick``) is a smoke run of each,
@@ -25,7 +25,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # The benchmarks after scale.py, each run with --json (and --quick in a smoke run).
-OTHERS = ("read_path", "throughput", "teardown", "streams", "sse_parse", "waits")
+OTHERS = (
+    "read_path",
+    "throughput",
+    "teardown",
+    "streams",
+    "sse_parse",
+    "waits",
+    "collector_floor",
+)
 # Those that run the old follower beside ours, given its venv's python as scale.py is.
 OLD_SIDE = ("throughput", "teardown")
 # Where a full run's images go: the ones docs/benchmarks.md shows.

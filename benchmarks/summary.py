@@ -109,6 +109,28 @@ def collect(results: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return rows, notes
 
 
+def floor_lines(results: Path) -> list[str]:
+    """What the structure every turn needs costs at the largest N (``collector_floor.py``).
+
+    Beside the start-up block and RSS targets at 5,000: a bound below the floor of the
+    structure itself cannot be met by trimming the library.
+    """
+    document = load(results, "collector_floor")
+    rows = (document or {}).get("results", [])
+    if not rows:
+        return []
+    largest = max(row["followers"] for row in rows)
+    lines = [f"The floor under the targets at N={largest:,} (collector_floor.py):"]
+    for row in rows:
+        if row["followers"] == largest and row["shape"] in ("step", "structure"):
+            lines.append(
+                f"  {row['shape']} on {row['backend']}: full pass {row['full_pass_ms']:.0f} ms, "
+                f"start-up block {row['startup_block_ms']:.0f} ms, "
+                f"RSS {row['rss_per_step_kib']:.1f} KiB a step"
+            )
+    return lines
+
+
 def met_word(met: bool | None) -> str:
     return "not measured" if met is None else ("yes" if met else "NO")
 
@@ -136,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     for note in notes:
         print(f"  {note}")
+    floor = floor_lines(args.results)
+    if floor:
+        print()
+        print("\n".join(floor))
     met = sum(row["met"] is True for row in rows)
     missed = sum(row["met"] is False for row in rows)
     print(f"\n{met} met, {missed} missed, {len(rows) - met - missed} not measured")

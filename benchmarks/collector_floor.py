@@ -1,0 +1,317 @@
+"""What N steps cost the cyclic collector before any follower reads: the floor under issue 21's targets.
+
+CPython's cyclic collector walks every tracked object of the process in a full
+pass, and while N followers start, the objects they add trigger such passes: at
+5,000 followers those passes are the start-up's worst loop blocks
+(docs/benchmarks.md). How long a pass takes depends on how many objects the
+process tracks, and part of those is not the follower's to shed: the step that
+runs it is a task, and a follower that runs inside the step's task group (the
+structured-concurrency promise: it can never outlive the step) is a task too.
+
+So each shape here runs N steps in a fresh child process, all started in one turn
+of the loop as ``scale.py`` starts them, and measures what they keep:
+
+- ``step``: the caller's step alone, a task that waits (no library at all);
+- ``structure``: what the promise needs of each turn and nothing else, in the
+  step: a task group with two tasks, the follower's and the writer heartbeat's,
+  each in a timed wait for the turn's stop event, as the library's tasks wait;
+- ``turn``: the library's open turn (``following_live_trajectory``, its follower
+  reading an in-memory agent every ``--poll`` seconds, into a store that keeps
+  nothing), once every follower has read its first page and waits.
+
+Per shape, per step: tracked objects (``gc.get_objects()``) and RSS, the
+duration of a full pass over the process (``gc.collect()``, the fewest of five),
+and the worst lateness of a 10 ms sleep while the N start (the start-up loop
+block ``scale.py`` measures, without the sockets of a real agent). Ratios are
+against ``structure`` at the same N and backend, in the same run. Figures, never
+assertions: they belong to the machine they ran on.
+
+Usage: ``python benchmarks/collector_floor.py [--followers 1000,5000]
+[--backend asyncio,trio] [--shapes step,structure,turn] [--poll 10] [--quick]
+[--json PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+from _measure import RESULT_MARK, Heartbeat, machine, rss_kib, run_about
+
+SHAPES = ("step", "structure", "turn")
+BACKENDS = ("asyncio", "trio")
+FULL_PASSES = 5
+# Long enough that a waiting follower's own timer never fires while it is measured.
+HOUR = 3600.0
+
+
+# --- the child: one shape, one N, one backend ------------------------------------------
+
+
+async def _step(ready: Callable[[], None]) -> None:
+    ready()
+    await anyio.sleep_forever()
+
+
+async def _timed_wait(stop: anyio.Event) -> None:
+    while True:  # the follower's and the heartbeat's wait: a deadline around the stop event
+        with anyio.move_on_after(HOUR):
+            await stop.wait()
+
+
+async def _structure(ready: Callable[[], None]) -> None:
+    stop = anyio.Event()
+    async with anyio.create_task_group() as turn:
+        turn.start_soon(_timed_wait, stop)  # the follower
+        turn.start_soon(_timed_wait, stop)  # the writer's heartbeat
+        ready()
+        await anyio.sleep_forever()
+
+
+class _NullStore:
+    """An object store that keeps nothing: the figures are the turns', not the store's."""
+
+    async def put(self, key: str, body: bytes, *, content_type: str) -> None:
+        await anyio.lowlevel.checkpoint()
+
+    async def get(self, key: str) -> bytes:
+        from follower import ObjectNotFoundError
+
+        raise ObjectNotFoundError(key)
+
+    async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
+        await anyio.lowlevel.checkpoint()
+        return []
+
+
+def _in_memory_agent() -> Any:
+    """A client whose every read answers a page of one event; the task keeps running."""
+    import httpx
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked = json.loads(request.content)
+        after = asked["after"]
+        page = {
+            "context_id": "c",
+            "task_id": asked["task_id"],
+            "state": "running",
+            "format": "bench/v1",
+            "events": [{"n": after}],
+            "next": after + 1,
+            "has_more": False,
+        }
+        return httpx.Response(200, json=page)
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(answer))
+
+
+def _turn_shape(poll: float) -> Callable[[Callable[[], None]], Awaitable[None]]:
+    from follower import following_live_trajectory
+
+    store = _NullStore()
+    client = _in_memory_agent()
+    counter = iter(range(1 << 62))
+
+    async def turn(ready: Callable[[], None]) -> None:
+        n = next(counter)
+        async with following_live_trajectory(
+            "http://agent.test/ext/trajectory",
+            store,
+            "steps/",
+            f"turn-{n}",
+            poll_interval_seconds=poll,
+            client=client,
+            drain_seconds=0,
+        ) as live:
+            live.follow(f"task-{n}")
+            while not live.statistics().pages_stored:
+                await anyio.sleep(poll / 10)
+            ready()
+            await anyio.sleep_forever()
+
+    return turn
+
+
+def _full_pass_ms() -> float:
+    passes = []
+    for _ in range(FULL_PASSES):
+        began = time.perf_counter()
+        gc.collect()
+        passes.append(time.perf_counter() - began)
+    return 1000 * min(passes)
+
+
+async def _measure(shape: str, n: int, poll: float) -> dict[str, Any]:
+    import follower  # noqa: F401  # the library's modules are in the heap of every shape
+    import httpx  # noqa: F401
+
+    run = {"step": _step, "structure": _structure}.get(shape) or _turn_shape(poll)
+    heartbeat = Heartbeat()
+    ready_count = 0
+    all_ready = anyio.Event()
+
+    def ready() -> None:
+        nonlocal ready_count
+        ready_count += 1
+        if ready_count == n:
+            all_ready.set()
+
+    async with anyio.create_task_group() as outer:
+        outer.start_soon(heartbeat.run)
+        await anyio.sleep(0.2)  # the heartbeat's first sleeps and the imports settle
+        gc.collect()
+        tracked_before, rss_before = len(gc.get_objects()), rss_kib()
+        heartbeat.phase = "startup"
+        started = time.perf_counter()
+        async with anyio.create_task_group() as steps:
+            for _ in range(n):
+                steps.start_soon(run, ready)
+            await all_ready.wait()
+            startup_seconds = time.perf_counter() - started
+            await anyio.sleep(0.5)  # what the last starts left behind is collected
+            heartbeat.phase = "measured"
+            gc.collect()
+            tracked, rss = len(gc.get_objects()), rss_kib()
+            full_pass = _full_pass_ms()
+            steps.cancel_scope.cancel()
+        outer.cancel_scope.cancel()
+    return {
+        "shape": shape,
+        "followers": n,
+        "tracked_per_step": (tracked - tracked_before) / n,
+        "rss_per_step_kib": (rss - rss_before) / n,
+        "tracked": tracked,
+        "full_pass_ms": full_pass,
+        "startup_block_ms": 1000 * heartbeat.worst.get("startup", 0.0),
+        "startup_seconds": startup_seconds,
+    }
+
+
+def child(argv: list[str]) -> int:
+    shape, n, backend, poll = argv[0], int(argv[1]), argv[2], float(argv[3])
+    result = anyio.run(_measure, shape, n, poll, backend=backend)
+    result.update(backend=backend, python=sys.version.split()[0])
+    print(RESULT_MARK + json.dumps(result), flush=True)
+    return 0
+
+
+# --- the parent: every cell in a fresh child --------------------------------------------
+
+
+def run_cell(shape: str, n: int, backend: str, poll: float) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child", shape, str(n), backend, str(poll)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    for line in done.stdout.splitlines():
+        if line.startswith(RESULT_MARK):
+            result: dict[str, Any] = json.loads(line[len(RESULT_MARK) :])
+            return result
+    raise RuntimeError(f"{shape} N={n} on {backend} printed no result:\n{done.stderr[-2000:]}")
+
+
+def with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row's figures as ratios to the same N and backend's ``structure`` row."""
+    floors = {(r["backend"], r["followers"]): r for r in rows if r["shape"] == "structure"}
+    for row in rows:
+        floor = floors.get((row["backend"], row["followers"]))
+        for name in ("tracked_per_step", "full_pass_ms", "rss_per_step_kib"):
+            base = floor[name] if floor else 0.0
+            row[f"{name}_vs_structure"] = row[name] / base if base > 0 else None
+    return rows
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def print_table(rows: list[dict[str, Any]], markdown: bool) -> None:
+    header = (
+        "backend",
+        "N",
+        "shape",
+        "tracked/step",
+        "full pass ms",
+        "RSS KiB/step",
+        "start-up block ms",
+        "tracked, pass vs structure",
+    )
+    lines = [
+        (
+            row["backend"],
+            f"{row['followers']:,}",
+            row["shape"],
+            f"{row['tracked_per_step']:.0f}",
+            f"{row['full_pass_ms']:.0f}",
+            f"{row['rss_per_step_kib']:.1f}",
+            f"{row['startup_block_ms']:.0f}",
+            f"{_ratio(row['tracked_per_step_vs_structure'])}, "
+            f"{_ratio(row['full_pass_ms_vs_structure'])}",
+        )
+        for row in rows
+    ]
+    if markdown:
+        print("| " + " | ".join(header) + " |")
+        print("|" + "---|" * len(header))
+        for line in lines:
+            print("| " + " | ".join(line) + " |")
+        return
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
+    print("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
+    for line in lines:
+        print("  ".join(cell.rjust(w) for cell, w in zip(line, widths, strict=True)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        return child(argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--followers", default="1000,5000", help="comma-separated Ns")
+    parser.add_argument("--backend", default=",".join(BACKENDS), help="asyncio,trio")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="of step,structure,turn")
+    parser.add_argument(
+        "--poll", type=float, default=10.0, help="the turns' poll interval (default 10 s)"
+    )
+    parser.add_argument("--quick", action="store_true", help="a smoke run: N=50, poll 0.5 s")
+    parser.add_argument("--markdown", action="store_true", help="the table as markdown")
+    parser.add_argument("--json", metavar="PATH", help="write the figures here")
+    args = parser.parse_args(argv)
+    ns = [50] if args.quick else [int(n) for n in args.followers.split(",")]
+    poll = 0.5 if args.quick else args.poll
+    backends = [b for b in args.backend.split(",") if b]
+    shapes = [s for s in args.shapes.split(",") if s]
+    unknown = set(shapes) - set(SHAPES) or set(backends) - set(BACKENDS)
+    if unknown:
+        parser.error(f"unknown: {', '.join(sorted(unknown))}")
+    print(
+        f"collector floor: N = {', '.join(f'{n:,}' for n in ns)}; shapes {', '.join(shapes)}; "
+        f"each in a fresh child, all N started in one turn of the loop; turns poll every "
+        f"{poll:g} s; Python {sys.version.split()[0]}"
+    )
+    rows = [
+        run_cell(shape, n, backend, poll) for backend in backends for n in ns for shape in shapes
+    ]
+    print_table(with_ratios(rows), args.markdown)
+    if args.json:
+        document = {
+            "benchmark": "collector_floor",
+            "poll": poll,
+            "machine": machine(),
+            "about": run_about(),
+            "results": rows,
+        }
+        Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
