@@ -9,7 +9,8 @@ runs it is a task, and a follower that runs inside the step's task group (the
 structured-concurrency promise: it can never outlive the step) is a task too.
 
 So each shape here runs N steps in a fresh child process, all started in one turn
-of the loop as ``scale.py`` starts them, and measures what they keep:
+of the loop as ``scale.py`` starts them (or ``--start-batch K`` at a time, as its
+option of that name), and measures what they keep:
 
 - ``step``: the caller's step alone, a task that waits (no library at all);
 - ``structure``: what the promise needs of each turn and nothing else, in the
@@ -27,8 +28,8 @@ against ``structure`` at the same N and backend, in the same run. Figures, never
 assertions: they belong to the machine they ran on.
 
 Usage: ``python benchmarks/collector_floor.py [--followers 1000,5000]
-[--backend asyncio,trio] [--shapes step,structure,turn] [--poll 10] [--quick]
-[--json PATH]``.
+[--backend asyncio,trio] [--shapes step,structure,turn] [--poll 10] [--start-batch K]
+[--quick] [--markdown] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ def _full_pass_ms() -> float:
     return 1000 * min(passes)
 
 
-async def _measure(shape: str, n: int, poll: float) -> dict[str, Any]:
+async def _measure(shape: str, n: int, poll: float, batch: int) -> dict[str, Any]:
     import follower  # noqa: F401  # the library's modules are in the heap of every shape
     import httpx  # noqa: F401
 
@@ -174,8 +175,10 @@ async def _measure(shape: str, n: int, poll: float) -> dict[str, Any]:
         heartbeat.phase = "startup"
         started = time.perf_counter()
         async with anyio.create_task_group() as steps:
-            for _ in range(n):
+            for started_n in range(1, n + 1):
                 steps.start_soon(run, ready)
+                if batch and started_n % batch == 0:
+                    await anyio.lowlevel.checkpoint()  # the batch's first steps run next
             await all_ready.wait()
             startup_seconds = time.perf_counter() - started
             await anyio.sleep(0.5)  # what the last starts left behind is collected
@@ -188,6 +191,7 @@ async def _measure(shape: str, n: int, poll: float) -> dict[str, Any]:
     return {
         "shape": shape,
         "followers": n,
+        "start_batch": batch,
         "tracked_per_step": (tracked - tracked_before) / n,
         "rss_per_step_kib": (rss - rss_before) / n,
         "tracked": tracked,
@@ -198,8 +202,8 @@ async def _measure(shape: str, n: int, poll: float) -> dict[str, Any]:
 
 
 def child(argv: list[str]) -> int:
-    shape, n, backend, poll = argv[0], int(argv[1]), argv[2], float(argv[3])
-    result = anyio.run(_measure, shape, n, poll, backend=backend)
+    shape, n, backend, poll, batch = argv[0], int(argv[1]), argv[2], float(argv[3]), int(argv[4])
+    result = anyio.run(_measure, shape, n, poll, batch, backend=backend)
     result.update(backend=backend, python=sys.version.split()[0])
     print(RESULT_MARK + json.dumps(result), flush=True)
     return 0
@@ -208,8 +212,8 @@ def child(argv: list[str]) -> int:
 # --- the parent: every cell in a fresh child --------------------------------------------
 
 
-def run_cell(shape: str, n: int, backend: str, poll: float) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--child", shape, str(n), backend, str(poll)]
+def run_cell(shape: str, n: int, backend: str, poll: float, batch: int) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child", shape, str(n), backend, str(poll), str(batch)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     for line in done.stdout.splitlines():
         if line.startswith(RESULT_MARK):
@@ -281,6 +285,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--poll", type=float, default=10.0, help="the turns' poll interval (default 10 s)"
     )
+    parser.add_argument(
+        "--start-batch",
+        type=int,
+        default=0,
+        metavar="K",
+        help="start the steps K at a time, the loop running between batches, as scale.py's "
+        "option (default 0: all in one turn of the loop)",
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run: N=50, poll 0.5 s")
     parser.add_argument("--markdown", action="store_true", help="the table as markdown")
     parser.add_argument("--json", metavar="PATH", help="write the figures here")
@@ -292,19 +304,25 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(shapes) - set(SHAPES) or set(backends) - set(BACKENDS)
     if unknown:
         parser.error(f"unknown: {', '.join(sorted(unknown))}")
+    started = (
+        f"started {args.start_batch} at a time"
+        if args.start_batch
+        else "all N started in one turn of the loop"
+    )
     print(
         f"collector floor: N = {', '.join(f'{n:,}' for n in ns)}; shapes {', '.join(shapes)}; "
-        f"each in a fresh child, all N started in one turn of the loop; turns poll every "
+        f"each in a fresh child, {started}; turns poll every "
         f"{poll:g} s; Python {sys.version.split()[0]}"
     )
     rows = [
-        run_cell(shape, n, backend, poll) for backend in backends for n in ns for shape in shapes
+        run_cell(shape, n, backend, poll, args.start_batch) for backend in backends for n in ns for shape in shapes
     ]
     print_table(with_ratios(rows), args.markdown)
     if args.json:
         document = {
             "benchmark": "collector_floor",
             "poll": poll,
+            "start_batch": args.start_batch,
             "machine": machine(),
             "about": run_about(),
             "results": rows,
