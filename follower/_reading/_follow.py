@@ -17,7 +17,7 @@ a header or a body (docs/security.md).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
@@ -65,7 +65,7 @@ from ._record import Sink as Sink
 from ._shell import run_follower, wait_or_stop
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
+    from collections.abc import Awaitable, Coroutine
 
     import httpx
 
@@ -110,7 +110,7 @@ async def follow_trajectory(
     return await follow_task(endpoint, task_id, sink, stop=stop, options=options, after=after)
 
 
-async def follow_task(
+def follow_task(
     endpoint: str,
     task_id: str,
     sink: Sink,
@@ -120,10 +120,12 @@ async def follow_task(
     after: int = 0,
     progress: FollowProgress | None = None,
     turn_id: str | None = None,
-) -> FollowOutcome:
+) -> Coroutine[Any, Any, FollowOutcome]:
     """:func:`follow_trajectory` with its options built; ``progress`` is kept up to date.
 
-    ``turn_id`` names the turn in the log records' ``extra`` fields.
+    ``turn_id`` names the turn in the log records' ``extra`` fields. Returns the
+    shell's coroutine to await at once (``_shell.follow_by`` says why); a bad
+    argument raises here, at the call.
     """
     if not isinstance(task_id, str) or not task_id:
         raise InvalidArgumentError(f"task_id must be a non-empty string, not {task_id!r}")
@@ -142,7 +144,7 @@ async def follow_task(
         turn_id=turn_id,
     )
     follower.joined()
-    return await run_follower(
+    return run_follower(
         follower,
         url=endpoint,
         task_id=task_id,

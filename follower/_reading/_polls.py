@@ -44,6 +44,8 @@ from ._policy import AFTER_STOP_PAUSE_SECONDS
 from ._shell import failed_call, follow_by, store_events, wait_or_stop
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
     import httpx
 
     from .._format._a2a import TaskSource
@@ -191,7 +193,7 @@ def _artifact_id(artifact: Any) -> Any:
     return artifact.get("artifactId") if isinstance(artifact, dict) else None
 
 
-async def follow_polls(
+def follow_polls(
     source: TaskSource,
     task_id: str,
     sink: Sink,
@@ -201,7 +203,7 @@ async def follow_polls(
     after: int = 0,
     progress: FollowProgress | None = None,
     turn_id: str | None = None,
-) -> FollowOutcome:
+) -> Coroutine[Any, Any, FollowOutcome]:
     """Follow ``task_id`` by polling ``GetTask``, handing each change to ``sink``.
 
     Returns once the task is done with the turn (its final form stored), for a
@@ -209,7 +211,7 @@ async def follow_polls(
     ``options.max_follow_seconds``. Raises the typed errors of a read, or
     whatever ``sink`` raises.
     """
-    return await follow_by(
+    return follow_by(
         _Poller,
         source,
         task_id,

@@ -53,6 +53,8 @@ from .._retries import FailureStreak, failure_reason
 from ._shell import failed_call, follow_by, store_events, wait_or_stop
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
     import httpx
 
     from .._options import FollowOptions
@@ -307,7 +309,7 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-async def follow_stream(
+def follow_stream(
     source: TaskSource,
     task_id: str,
     sink: Sink,
@@ -317,7 +319,7 @@ async def follow_stream(
     after: int = 0,
     progress: FollowProgress | None = None,
     turn_id: str | None = None,
-) -> FollowOutcome:
+) -> Coroutine[Any, Any, FollowOutcome]:
     """Follow ``task_id`` over the agent's stream, handing each frame to ``sink``.
 
     Returns once the task is done with the turn (ended, or waiting on the user),
@@ -327,7 +329,7 @@ async def follow_stream(
     (:class:`~follower.MalformedPageError`, :class:`~follower.AgentRefusedError`,
     :class:`~follower.A2AProtocolError`...) or whatever ``sink`` raises.
     """
-    return await follow_by(
+    return follow_by(
         _StreamFollower,
         source,
         task_id,

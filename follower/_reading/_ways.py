@@ -8,7 +8,7 @@ errors. ``after`` is how many events the turn has stored already.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._format._a2a import Via
 from ._follow import follow_task
@@ -16,6 +16,8 @@ from ._polls import follow_polls
 from ._stream import follow_stream
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
     import anyio
 
     from .._format._a2a import TaskSource
@@ -24,7 +26,9 @@ if TYPE_CHECKING:
 
 
 class Follow(Protocol):
-    async def __call__(
+    """A way's entry: builds its follower and returns the coroutine that runs it."""
+
+    def __call__(
         self,
         source: TaskSource,
         task_id: str,
@@ -35,10 +39,10 @@ class Follow(Protocol):
         after: int = 0,
         progress: FollowProgress | None = None,
         turn_id: str | None = None,
-    ) -> FollowOutcome: ...
+    ) -> Coroutine[Any, Any, FollowOutcome]: ...
 
 
-async def follow_cursor(
+def follow_cursor(
     source: TaskSource,
     task_id: str,
     sink: Sink,
@@ -48,9 +52,9 @@ async def follow_cursor(
     after: int = 0,
     progress: FollowProgress | None = None,
     turn_id: str | None = None,
-) -> FollowOutcome:
+) -> Coroutine[Any, Any, FollowOutcome]:
     """Cursor reads of the live-trajectory extension (``_follow``)."""
-    return await follow_task(
+    return follow_task(
         source.url,
         task_id,
         sink,

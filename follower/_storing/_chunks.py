@@ -77,7 +77,7 @@ class LiveTrajectoryChunks:
     _task: TaskMark | None = attrs.field(init=False, repr=False)  # until it is put
     _ended: bool = attrs.field(init=False, default=False, repr=False)
     _format_warned: bool = attrs.field(init=False, default=False, repr=False)
-    _log_extra: dict[str, str | None] = attrs.field(init=False, repr=False)
+    # The turn's task and turn ids: an error's context, and its log records' ``extra``.
     _context: ErrorContext = attrs.field(init=False, repr=False)
     _failing: FailureStreak = attrs.field(init=False, repr=False)
 
@@ -89,10 +89,9 @@ class LiveTrajectoryChunks:
             if task_id is None
             else TaskMark.started_now(task_id, self._endpoint, self._heartbeat_seconds)
         )
-        self._log_extra = {"task_id": task_id, "turn_id": turn_id}
         self._context = {"task_id": task_id, "turn_id": turn_id}
         self._failing = FailureStreak(
-            logger, f"puts of turn {turn_id}", noun="put", extra=self._log_extra
+            logger, f"puts of turn {turn_id}", noun="put", extra=self._context
         )
 
     @property
@@ -184,7 +183,7 @@ class LiveTrajectoryChunks:
                 self.turn_id,
                 fmt,
                 self.format,
-                extra=self._log_extra,
+                extra=self._context,
             )
 
     async def _put(self, key: str, body: bytes, content_type: str) -> None:

@@ -21,6 +21,8 @@ from .._format._wire import TrajectoryState
 from ._chain import EndedTurn
 
 if TYPE_CHECKING:
+    from collections.abc import Set as AbstractSet
+
     from .._errors import ErrorContext
     from .._format._layout import NextLink, TurnKeys
     from .._storing._stored_turn import StoredTurn
@@ -177,13 +179,13 @@ class TurnRecord:
     def hand_off(self) -> None:
         """Leave the turn for a later attempt: no end mark, and no null link for the step."""
         self.handing_off = True
-        self.ledger.handed_off.add(self.turn_id)
+        self.ledger.handed_off = _with(self.ledger.handed_off, self.turn_id)
 
     # --- what the block learns as it goes ---------------------------------------------
 
     def taken_by_another_run(self) -> None:
         """Another run's ``task.json`` was there first: the turn is that run's to mark and link."""
-        self.ledger.taken.add(self.turn_id)
+        self.ledger.taken = _with(self.ledger.taken, self.turn_id)
 
     @property
     def is_taken(self) -> bool:
@@ -277,6 +279,17 @@ class StepEnd:
         return EndMarkPlan(self.past_state, False) if stored.end is None else None
 
 
+_NONE: frozenset[str] = frozenset()
+
+
+def _with(turn_ids: AbstractSet[str], turn_id: str) -> AbstractSet[str]:
+    """``turn_ids`` with ``turn_id`` added: a set of the step's own from the first one."""
+    if isinstance(turn_ids, set):
+        turn_ids.add(turn_id)
+        return turn_ids
+    return {*turn_ids, turn_id}
+
+
 @attrs.define(eq=False)
 class StepLedger:
     """The state of a step's turns: their order and ids, hand-offs, turns another run took.
@@ -294,8 +307,10 @@ class StepLedger:
 
     last_followed: str | None = None
     handing_off: bool = attrs.field(default=False, init=False)
-    handed_off: set[str] = attrs.field(factory=set, init=False)
-    taken: set[str] = attrs.field(factory=set, init=False)
+    # Empty in nearly every step: one shared empty set until a turn is named, not two
+    # sets a step (a lone turn's block is a step of its own, thousands in a process).
+    handed_off: AbstractSet[str] = attrs.field(default=_NONE, init=False)
+    taken: AbstractSet[str] = attrs.field(default=_NONE, init=False)
     ended: bool = attrs.field(default=False, init=False)
     _last_task: str | None = attrs.field(default=None, init=False)
     _turn_ids: set[str] = attrs.field(factory=set, init=False)

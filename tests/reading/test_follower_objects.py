@@ -53,11 +53,13 @@ OBJECTS_PER_FOLLOWER = 44
 # Tracked objects an open turn keeps while its follower waits, the step's own task
 # included: the follower's, and the block's (its task group, the writer's heartbeat
 # task and its wait, the sink, the turn's record). Measured by this test on 3.11 to
-# 3.13: 133 to 134 on asyncio, 132 to 140 on trio (the loop's pool costs trio a few);
-# 144 to 151 while the block kept two events of its own to be told its tasks had
-# ended and a generator-based block to log its follower's failure, and every
-# untraced follower a generator-based block for its span.
-OBJECTS_PER_TURN = 143
+# 3.13: 129 to 130 on asyncio, 128 to 136 on trio (the loop's pool costs trio a few);
+# 133 to 140 while each way's entry kept a coroutine of its own around the shell's and
+# a lone turn's step two sets for the turns it hands off or loses; 144 to 151 while the
+# block kept two events of its own to be told its tasks had ended and a
+# generator-based block to log its follower's failure, and every untraced follower a
+# generator-based block for its span.
+OBJECTS_PER_TURN = 137
 FEW, MANY = 50, 200
 SAMPLES = 7
 
