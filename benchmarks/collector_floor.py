@@ -13,9 +13,11 @@ of the loop as ``scale.py`` starts them (or ``--start-batch K`` at a time, as it
 option of that name), and measures what they keep:
 
 - ``step``: the caller's step alone, a task that waits (no library at all);
-- ``structure``: what the promise needs of each turn and nothing else, in the
-  step: a task group with two tasks, the follower's and the writer heartbeat's,
-  each in a timed wait for the turn's stop event, as the library's tasks wait;
+- ``promise``: the least a turn can keep and still never outlive its step: in
+  the step, a task group with the follower's task, in a timed wait for the
+  turn's stop event as the library's follower waits;
+- ``tasks``: the library's tasks as they are: the same with the writer
+  heartbeat's task beside the follower's, waiting the same way;
 - ``turn``: the library's open turn (``following_live_trajectory``, its follower
   reading an in-memory agent every ``--poll`` seconds, into a store that keeps
   nothing), once every follower has read its first page and waits.
@@ -24,11 +26,11 @@ Per shape, per step: tracked objects (``gc.get_objects()``) and RSS, the
 duration of a full pass over the process (``gc.collect()``, the fewest of five),
 and the worst lateness of a 10 ms sleep while the N start (the start-up loop
 block ``scale.py`` measures, without the sockets of a real agent). Ratios are
-against ``structure`` at the same N and backend, in the same run. Figures, never
+against ``promise`` at the same N and backend, in the same run. Figures, never
 assertions: they belong to the machine they ran on.
 
 Usage: ``python benchmarks/collector_floor.py [--followers 1000,5000]
-[--backend asyncio,trio] [--shapes step,structure,turn] [--poll 10] [--start-batch K]
+[--backend asyncio,trio] [--shapes step,promise,tasks,turn] [--poll 10] [--start-batch K]
 [--quick] [--markdown] [--json PATH]``.
 """
 
@@ -49,7 +51,7 @@ import anyio.abc
 import anyio.lowlevel
 from _measure import RESULT_MARK, Heartbeat, machine, rss_kib, run_about
 
-SHAPES = ("step", "structure", "turn")
+SHAPES = ("step", "promise", "tasks", "turn")
 BACKENDS = ("asyncio", "trio")
 FULL_PASSES = 5
 # Long enough that a waiting follower's own timer never fires while it is measured.
@@ -70,7 +72,15 @@ async def _timed_wait(stop: anyio.Event) -> None:
             await stop.wait()
 
 
-async def _structure(ready: Callable[[], None]) -> None:
+async def _promise(ready: Callable[[], None]) -> None:
+    stop = anyio.Event()
+    async with anyio.create_task_group() as turn:
+        turn.start_soon(_timed_wait, stop)  # the follower
+        ready()
+        await anyio.sleep_forever()
+
+
+async def _tasks(ready: Callable[[], None]) -> None:
     stop = anyio.Event()
     async with anyio.create_task_group() as turn:
         turn.start_soon(_timed_wait, stop)  # the follower
@@ -156,7 +166,7 @@ async def _measure(shape: str, n: int, poll: float, batch: int) -> dict[str, Any
     import follower  # noqa: F401  # the library's modules are in the heap of every shape
     import httpx  # noqa: F401
 
-    run = {"step": _step, "structure": _structure}.get(shape) or _turn_shape(poll)
+    run = {"step": _step, "promise": _promise, "tasks": _tasks}.get(shape) or _turn_shape(poll)
     heartbeat = Heartbeat()
     ready_count = 0
     all_ready = anyio.Event()
@@ -223,13 +233,13 @@ def run_cell(shape: str, n: int, backend: str, poll: float, batch: int) -> dict[
 
 
 def with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each row's figures as ratios to the same N and backend's ``structure`` row."""
-    floors = {(r["backend"], r["followers"]): r for r in rows if r["shape"] == "structure"}
+    """Each row's figures as ratios to the same N and backend's ``promise`` row."""
+    floors = {(r["backend"], r["followers"]): r for r in rows if r["shape"] == "promise"}
     for row in rows:
         floor = floors.get((row["backend"], row["followers"]))
         for name in ("tracked_per_step", "full_pass_ms", "rss_per_step_kib"):
             base = floor[name] if floor else 0.0
-            row[f"{name}_vs_structure"] = row[name] / base if base > 0 else None
+            row[f"{name}_vs_promise"] = row[name] / base if base > 0 else None
     return rows
 
 
@@ -246,7 +256,7 @@ def print_table(rows: list[dict[str, Any]], markdown: bool) -> None:
         "full pass ms",
         "RSS KiB/step",
         "start-up block ms",
-        "tracked, pass vs structure",
+        "tracked, pass vs promise",
     )
     lines = [
         (
@@ -257,8 +267,8 @@ def print_table(rows: list[dict[str, Any]], markdown: bool) -> None:
             f"{row['full_pass_ms']:.0f}",
             f"{row['rss_per_step_kib']:.1f}",
             f"{row['startup_block_ms']:.0f}",
-            f"{_ratio(row['tracked_per_step_vs_structure'])}, "
-            f"{_ratio(row['full_pass_ms_vs_structure'])}",
+            f"{_ratio(row['tracked_per_step_vs_promise'])}, "
+            f"{_ratio(row['full_pass_ms_vs_promise'])}",
         )
         for row in rows
     ]
@@ -281,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--followers", default="1000,5000", help="comma-separated Ns")
     parser.add_argument("--backend", default=",".join(BACKENDS), help="asyncio,trio")
-    parser.add_argument("--shapes", default=",".join(SHAPES), help="of step,structure,turn")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="of step,promise,tasks,turn")
     parser.add_argument(
         "--poll", type=float, default=10.0, help="the turns' poll interval (default 10 s)"
     )

@@ -110,10 +110,11 @@ def collect(results: Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def floor_lines(results: Path) -> list[str]:
-    """What the structure every turn needs costs at the largest N (``collector_floor.py``).
+    """What the least a turn can keep costs at the largest N (``collector_floor.py``).
 
-    Beside the start-up block and RSS targets at 5,000: a bound below the floor of the
-    structure itself cannot be met by trimming the library.
+    Beside the start-up block and RSS targets at 5,000: the caller's steps alone, and
+    each with the task group and follower task the promise needs (never outliving
+    the step). A bound below that floor cannot be met by trimming the library.
     """
     document = load(results, "collector_floor")
     rows = (document or {}).get("results", [])
@@ -122,7 +123,7 @@ def floor_lines(results: Path) -> list[str]:
     largest = max(row["followers"] for row in rows)
     lines = [f"The floor under the targets at N={largest:,} (collector_floor.py):"]
     for row in rows:
-        if row["followers"] == largest and row["shape"] in ("step", "structure"):
+        if row["followers"] == largest and row["shape"] in ("step", "promise"):
             lines.append(
                 f"  {row['shape']} on {row['backend']}: full pass {row['full_pass_ms']:.0f} ms, "
                 f"start-up block {row['startup_block_ms']:.0f} ms, "

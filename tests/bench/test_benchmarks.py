@@ -225,17 +225,18 @@ def test_collector_floor_quick_measures_every_shape_beneath_the_turn(tmp_path: P
     out = tmp_path / "collector_floor.json"
     printed = run("collector_floor.py", "--quick", "--json", str(out))
     rows = json.loads(out.read_text())["results"]
-    shapes = ("step", "structure", "turn")
+    shapes = ("step", "promise", "tasks", "turn")
     assert {(r["backend"], r["shape"]) for r in rows} == {
         (backend, shape) for backend in ("asyncio", "trio") for shape in shapes
     }
-    assert "structure" in printed
+    assert "promise" in printed
     for backend in ("asyncio", "trio"):
         kept = {r["shape"]: r["tracked_per_step"] for r in rows if r["backend"] == backend}
-        # Each shape holds the one before it: the structure is a step with a task group and
-        # two tasks, and the library's turn runs that structure. A structure that kept no
-        # more than a step, or more than a turn, would not be the floor it is printed as.
-        assert 0 < kept["step"] < kept["structure"] <= kept["turn"], (backend, kept)
+        # Each shape holds the one before it: the promise's is a step with a task group and
+        # the follower's task, the library's tasks add the heartbeat's, and its turn runs
+        # them. A floor that kept no more than a step, or more than a turn, would not be
+        # the floor it is printed as.
+        assert 0 < kept["step"] < kept["promise"] < kept["tasks"] <= kept["turn"], kept
         assert all(r["full_pass_ms"] > 0 for r in rows)
 
 
@@ -243,7 +244,7 @@ def test_summary_shows_the_floor_beside_the_targets(tmp_path: Path) -> None:
     row = {"followers": 5000, "full_pass_ms": 150.0, "startup_block_ms": 900.0}
     floor = {
         "results": [
-            {**row, "shape": "structure", "backend": "trio", "rss_per_step_kib": 16.25},
+            {**row, "shape": "promise", "backend": "trio", "rss_per_step_kib": 16.25},
             {**row, "shape": "turn", "backend": "trio", "rss_per_step_kib": 26.0},
             {**row, "followers": 1000, "shape": "step", "backend": "trio", "rss_per_step_kib": 4},
         ]
@@ -251,7 +252,7 @@ def test_summary_shows_the_floor_beside_the_targets(tmp_path: Path) -> None:
     (tmp_path / "collector_floor.json").write_text(json.dumps(floor))
     printed = run("summary.py", "--results", str(tmp_path))
     assert "The floor under the targets at N=5,000" in printed
-    assert "structure on trio: full pass 150 ms, start-up block 900 ms, RSS 16.2 KiB" in printed
+    assert "promise on trio: full pass 150 ms, start-up block 900 ms, RSS 16.2 KiB" in printed
     assert "turn on trio" not in printed  # the library's own is the table's, not the floor's
     assert "step on trio" not in printed  # another N
 
