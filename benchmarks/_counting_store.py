@@ -1,4 +1,4 @@
-"""The store our followers write to in the benchmarks: when each page landed, not its bytes."""
+"""The stores our followers write to in the benchmarks: when each page landed, or nothing at all."""
 
 from __future__ import annotations
 
@@ -48,3 +48,17 @@ class CountingStore:
         else:
             keys = {key for folder in self._folders.values() for key in folder}
         return sorted(key for key in keys if key.startswith(prefix) and key > after)
+
+
+class NullStore:
+    """An ObjectStore that keeps nothing and lists nothing: what is left is the turns' own."""
+
+    async def put(self, key: str, body: bytes, *, content_type: str) -> None:
+        await anyio.lowlevel.checkpoint()
+
+    async def get(self, key: str) -> bytes:
+        raise AssertionError(f"a store that keeps nothing was asked for {key!r}")
+
+    async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
+        await anyio.lowlevel.checkpoint()
+        return []

@@ -89,22 +89,6 @@ async def _tasks(ready: Callable[[], None]) -> None:
         await anyio.sleep_forever()
 
 
-class _NullStore:
-    """An object store that keeps nothing: the figures are the turns', not the store's."""
-
-    async def put(self, key: str, body: bytes, *, content_type: str) -> None:
-        await anyio.lowlevel.checkpoint()
-
-    async def get(self, key: str) -> bytes:
-        from follower import ObjectNotFoundError
-
-        raise ObjectNotFoundError(key)
-
-    async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
-        await anyio.lowlevel.checkpoint()
-        return []
-
-
 def _in_memory_agent() -> Any:
     """A client whose every read answers a page of one event; the task keeps running."""
     import httpx
@@ -129,7 +113,9 @@ def _in_memory_agent() -> Any:
 def _turn_shape(poll: float) -> Callable[[Callable[[], None]], Awaitable[None]]:
     from follower import following_live_trajectory
 
-    store = _NullStore()
+    from _counting_store import NullStore
+
+    store = NullStore()
     client = _in_memory_agent()
     counter = iter(range(1 << 62))
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import anyio
 import anyio.lowlevel
 import httpx
+from _counting_store import NullStore
 
 import follower
 from follower import LiveTurns
@@ -41,18 +42,6 @@ def agent(request: httpx.Request) -> httpx.Response:
         "has_more": False,
     }
     return httpx.Response(200, json=page)
-
-
-class NullStore:
-    async def put(self, key: str, body: bytes, *, content_type: str) -> None:
-        await anyio.lowlevel.checkpoint()
-
-    async def get(self, key: str) -> bytes:
-        raise AssertionError(key)
-
-    async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
-        await anyio.lowlevel.checkpoint()
-        return []
 
 
 def held(snapshot: tracemalloc.Snapshot, base: tracemalloc.Snapshot) -> tuple[int, int]:
