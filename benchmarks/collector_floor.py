@@ -1,4 +1,4 @@
-"""What N steps cost the cyclic collector before any follower reads: the floor under issue 21's targets.
+"""What N steps keep for the cyclic collector: the floor under issue 21's targets at 5,000.
 
 CPython's cyclic collector walks every tracked object of the process in a full
 pass, and while N followers start, the objects they add trigger such passes: at
@@ -24,8 +24,9 @@ option of that name), and measures what they keep:
 
 Per shape, per step: tracked objects (``gc.get_objects()``) and RSS, the
 duration of a full pass over the process (``gc.collect()``, the fewest of five),
-and the worst lateness of a 10 ms sleep while the N start (the start-up loop
-block ``scale.py`` measures, without the sockets of a real agent). Ratios are
+the worst lateness of a 10 ms sleep while the N start (the start-up loop block
+``scale.py`` measures, without the sockets of a real agent), and the longest of
+the collector's own pauses meanwhile (``gc.callbacks``). Ratios are
 against ``promise`` at the same N and backend, in the same run. Figures, never
 assertions: they belong to the machine they ran on.
 
@@ -49,13 +50,18 @@ from typing import Any
 import anyio
 import anyio.abc
 import anyio.lowlevel
-from _measure import RESULT_MARK, Heartbeat, machine, rss_kib, run_about
+from _counting_store import NullStore
+from _measure import RESULT_MARK, GcClock, Heartbeat, machine, rss_kib, run_about
 
 SHAPES = ("step", "promise", "tasks", "turn")
 BACKENDS = ("asyncio", "trio")
 FULL_PASSES = 5
 # Long enough that a waiting follower's own timer never fires while it is measured.
 HOUR = 3600.0
+# The longest the N may take to start (turns: every first page stored), beyond two polls.
+STARTUP_TIMEOUT_SECONDS = 120.0
+# The longest a child may run: a hung one fails the run with what it printed.
+CHILD_TIMEOUT_SECONDS = 600.0
 
 
 # --- the child: one shape, one N, one backend ------------------------------------------
@@ -110,12 +116,34 @@ def _in_memory_agent() -> Any:
     return httpx.AsyncClient(transport=httpx.MockTransport(answer))
 
 
-def _turn_shape(poll: float) -> Callable[[Callable[[], None]], Awaitable[None]]:
+class _FirstPages(NullStore):
+    """Keeps nothing, and says when each turn's first page lands: no turn polls for it."""
+
+    def __init__(self) -> None:
+        self.ready: Callable[[], None] = lambda: None
+        self._seen: set[str] | None = set()  # turn ids with a page, until all have one
+
+    async def put(self, key: str, body: bytes, *, content_type: str) -> None:
+        seen = self._seen
+        if seen is not None and key.endswith(".jsonl"):  # a chunk: <prefix><turn>/live/...
+            turn_id = key.split("/")[1]
+            if turn_id not in seen:
+                seen.add(turn_id)
+                self.ready()
+        await super().put(key, body, content_type=content_type)
+
+    def forget(self) -> None:
+        """Every turn has its page: what was kept to know it goes before the measuring."""
+        self._seen = None
+
+
+Shape = Callable[[Callable[[], None]], Awaitable[None]]
+
+
+def _turn_shape(poll: float) -> tuple[Shape, _FirstPages]:
     from follower import following_live_trajectory
 
-    from _counting_store import NullStore
-
-    store = NullStore()
+    store = _FirstPages()
     client = _in_memory_agent()
     counter = iter(range(1 << 62))
 
@@ -130,13 +158,11 @@ def _turn_shape(poll: float) -> Callable[[Callable[[], None]], Awaitable[None]]:
             client=client,
             drain_seconds=0,
         ) as live:
+            store.ready = ready  # each turn is ready once its first page is stored
             live.follow(f"task-{n}")
-            while not live.statistics().pages_stored:
-                await anyio.sleep(poll / 10)
-            ready()
             await anyio.sleep_forever()
 
-    return turn
+    return turn, store
 
 
 def _full_pass_ms() -> float:
@@ -149,11 +175,19 @@ def _full_pass_ms() -> float:
 
 
 async def _measure(shape: str, n: int, poll: float, batch: int) -> dict[str, Any]:
-    import follower  # noqa: F401  # the library's modules are in the heap of every shape
     import httpx  # noqa: F401
 
-    run = {"step": _step, "promise": _promise, "tasks": _tasks}.get(shape) or _turn_shape(poll)
+    import follower  # noqa: F401  # the library's modules are in the heap of every shape
+
+    store = None
+    run: Shape
+    if shape == "turn":
+        run, store = _turn_shape(poll)
+    else:
+        run = {"step": _step, "promise": _promise, "tasks": _tasks}[shape]
     heartbeat = Heartbeat()
+    collector = GcClock()
+    collector.install()
     ready_count = 0
     all_ready = anyio.Event()
 
@@ -168,17 +202,21 @@ async def _measure(shape: str, n: int, poll: float, batch: int) -> dict[str, Any
         await anyio.sleep(0.2)  # the heartbeat's first sleeps and the imports settle
         gc.collect()
         tracked_before, rss_before = len(gc.get_objects()), rss_kib()
-        heartbeat.phase = "startup"
+        heartbeat.phase = collector.phase = "startup"
         started = time.perf_counter()
         async with anyio.create_task_group() as steps:
             for started_n in range(1, n + 1):
                 steps.start_soon(run, ready)
                 if batch and started_n % batch == 0:
                     await anyio.lowlevel.checkpoint()  # the batch's first steps run next
-            await all_ready.wait()
+            # A turn whose follower failed stores no page: the run fails, never hangs.
+            with anyio.fail_after(STARTUP_TIMEOUT_SECONDS + 2 * poll):
+                await all_ready.wait()
             startup_seconds = time.perf_counter() - started
+            if store is not None:
+                store.forget()
             await anyio.sleep(0.5)  # what the last starts left behind is collected
-            heartbeat.phase = "measured"
+            heartbeat.phase = collector.phase = "measured"
             gc.collect()
             tracked, rss = len(gc.get_objects()), rss_kib()
             full_pass = _full_pass_ms()
@@ -193,6 +231,8 @@ async def _measure(shape: str, n: int, poll: float, batch: int) -> dict[str, Any
         "tracked": tracked,
         "full_pass_ms": full_pass,
         "startup_block_ms": 1000 * heartbeat.worst.get("startup", 0.0),
+        "startup_gc_worst_ms": 1000 * collector.worst.get("startup", 0.0),
+        "startup_gc_full_passes": collector.full_passes.get("startup", 0),
         "startup_seconds": startup_seconds,
     }
 
@@ -210,7 +250,16 @@ def child(argv: list[str]) -> int:
 
 def run_cell(shape: str, n: int, backend: str, poll: float, batch: int) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", shape, str(n), backend, str(poll), str(batch)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, check=False, timeout=CHILD_TIMEOUT_SECONDS
+        )
+    except subprocess.TimeoutExpired as expired:
+        err = expired.stderr or b""
+        tail = err.decode(errors="replace") if isinstance(err, bytes) else err
+        raise RuntimeError(
+            f"{shape} N={n} on {backend} ran over {CHILD_TIMEOUT_SECONDS:.0f} s:\n{tail[-2000:]}"
+        ) from expired
     for line in done.stdout.splitlines():
         if line.startswith(RESULT_MARK):
             result: dict[str, Any] = json.loads(line[len(RESULT_MARK) :])
@@ -242,6 +291,7 @@ def print_table(rows: list[dict[str, Any]], markdown: bool) -> None:
         "full pass ms",
         "RSS KiB/step",
         "start-up block ms",
+        "longest GC pause at start-up ms",
         "tracked, pass vs promise",
     )
     lines = [
@@ -253,6 +303,7 @@ def print_table(rows: list[dict[str, Any]], markdown: bool) -> None:
             f"{row['full_pass_ms']:.0f}",
             f"{row['rss_per_step_kib']:.1f}",
             f"{row['startup_block_ms']:.0f}",
+            f"{row['startup_gc_worst_ms']:.0f}",
             f"{_ratio(row['tracked_per_step_vs_promise'])}, "
             f"{_ratio(row['full_pass_ms_vs_promise'])}",
         )
@@ -311,7 +362,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{poll:g} s; Python {sys.version.split()[0]}"
     )
     rows = [
-        run_cell(shape, n, backend, poll, args.start_batch) for backend in backends for n in ns for shape in shapes
+        run_cell(shape, n, backend, poll, args.start_batch)
+        for backend in backends
+        for n in ns
+        for shape in shapes
     ]
     print_table(with_ratios(rows), args.markdown)
     if args.json:

@@ -2,8 +2,9 @@
 
 Runs ``scale.py``, then ``read_path.py``, ``throughput.py``, ``teardown.py``, ``streams.py``,
 ``sse_parse.py``, ``waits.py`` and ``collector_floor.py`` where they exist (each is named as
-missing where it does not), each printing its own tables, then ``summary.py``: every target and whether it was met, and
-``plots.py``: the figures drawn as SVG images into docs/images/benchmarks/. Figures,
+missing where it does not), each printing its own tables, then ``summary.py``: every
+target and whether it was met, and ``plots.py``: the figures drawn as SVG images into
+docs/images/benchmarks/. Figures,
 never assertions: a benchmark or a plot that fails makes the exit code non-zero, a
 target missed does not. ``BENCH_QUICK=1`` (or ``--quick``) is a smoke run of each,
 its images drawn into the results folder (``plots/``), so that it never replaces the

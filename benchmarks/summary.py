@@ -121,7 +121,9 @@ def floor_lines(results: Path) -> list[str]:
     if not rows:
         return []
     largest = max(row["followers"] for row in rows)
-    lines = [f"The floor under the targets at N={largest:,} (collector_floor.py):"]
+    batch = (document or {}).get("start_batch") or 0
+    started = f"started {batch} a turn of the loop" if batch else "all started at once"
+    lines = [f"The floor under the targets at N={largest:,}, {started} (collector_floor.py):"]
     for row in rows:
         if row["followers"] == largest and row["shape"] in ("step", "promise"):
             lines.append(

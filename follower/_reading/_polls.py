@@ -206,10 +206,10 @@ def follow_polls(
 ) -> Coroutine[Any, Any, FollowOutcome]:
     """Follow ``task_id`` by polling ``GetTask``, handing each change to ``sink``.
 
-    Returns once the task is done with the turn (its final form stored), for a
-    task the agent does not know, when a poll fails after ``stop``, or after
-    ``options.max_follow_seconds``. Raises the typed errors of a read, or
-    whatever ``sink`` raises.
+    The coroutine it returns, awaited at once, returns once the task is done with
+    the turn (its final form stored), for a task the agent does not know, when a
+    poll fails after ``stop``, or after ``options.max_follow_seconds``, and raises
+    the typed errors of a read, or whatever ``sink`` raises.
     """
     return follow_by(
         _Poller,

@@ -322,12 +322,13 @@ def follow_stream(
 ) -> Coroutine[Any, Any, FollowOutcome]:
     """Follow ``task_id`` over the agent's stream, handing each frame to ``sink``.
 
-    Returns once the task is done with the turn (ended, or waiting on the user),
-    for a task the agent does not know, when the stream fails or drops after
-    ``stop``, or after ``options.max_follow_seconds``. ``after`` is the number of
-    events already stored (a resumed turn). Raises the typed errors of a read
+    The coroutine it returns, awaited at once, returns once the task is done with
+    the turn (ended, or waiting on the user), for a task the agent does not know,
+    when the stream fails or drops after ``stop``, or after
+    ``options.max_follow_seconds``, and raises the typed errors of a read
     (:class:`~follower.MalformedPageError`, :class:`~follower.AgentRefusedError`,
     :class:`~follower.A2AProtocolError`...) or whatever ``sink`` raises.
+    ``after`` is the number of events already stored (a resumed turn).
     """
     return follow_by(
         _StreamFollower,

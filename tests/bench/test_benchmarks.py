@@ -249,9 +249,9 @@ def test_summary_shows_the_floor_beside_the_targets(tmp_path: Path) -> None:
             {**row, "followers": 1000, "shape": "step", "backend": "trio", "rss_per_step_kib": 4},
         ]
     }
-    (tmp_path / "collector_floor.json").write_text(json.dumps(floor))
+    (tmp_path / "collector_floor.json").write_text(json.dumps({**floor, "start_batch": 40}))
     printed = run("summary.py", "--results", str(tmp_path))
-    assert "The floor under the targets at N=5,000" in printed
+    assert "The floor under the targets at N=5,000, started 40 a turn of the loop" in printed
     assert "promise on trio: full pass 150 ms, start-up block 900 ms, RSS 16.2 KiB" in printed
     assert "turn on trio" not in printed  # the library's own is the table's, not the floor's
     assert "step on trio" not in printed  # another N
