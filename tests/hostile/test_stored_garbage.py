@@ -136,6 +136,7 @@ def json_loads_depth(document: bytes) -> int:
     return value_depth(json.loads(document))
 
 
+@property_settings(100)
 @given(
     st.recursive(
         st.none() | st.integers() | st.text(),
@@ -162,6 +163,10 @@ def near_the_limit(draw: st.DrawFn) -> Any:
     return value
 
 
+# Each value is 100 to 160 levels deep, so drawing one is slow on a busy machine: the
+# profile's settings (derandomized, no health check on the time a draw takes), not
+# Hypothesis's defaults, under which a loaded CI runner failed it for slowness alone.
+@property_settings(100)
 @given(near_the_limit())
 def test_near_the_limit_the_verdict_is_exact(value: Any) -> None:
     depth = depth_of(value)
