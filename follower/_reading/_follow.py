@@ -62,7 +62,7 @@ from ._policy import (
 from ._record import FollowOutcome as FollowOutcome
 from ._record import FollowProgress as FollowProgress
 from ._record import Sink as Sink
-from ._shell import run_follower, wait_or_stop
+from ._shell import beat_before, beat_if_due, cut_for_beat, run_follower, wait_or_stop
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Coroutine
@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     import httpx
 
     from .._format._wire import Page
+    from ._record import Beats
 
 logger = logging.getLogger("follower.follow")
 
@@ -120,10 +121,12 @@ def follow_task(
     after: int = 0,
     progress: FollowProgress | None = None,
     turn_id: str | None = None,
+    beats: Beats | None = None,
 ) -> Coroutine[Any, Any, FollowOutcome]:
     """:func:`follow_trajectory` with its options built; ``progress`` is kept up to date.
 
-    ``turn_id`` names the turn in the log records' ``extra`` fields. Returns the
+    ``turn_id`` names the turn in the log records' ``extra`` fields; ``beats`` are
+    the turn's heartbeats, which the follower writes between its reads. Returns the
     shell's coroutine to await at once (``_shell.follow_by`` says why); a bad
     argument raises here, at the call.
     """
@@ -142,6 +145,7 @@ def follow_task(
         stop=stop,
         progress=progress,
         turn_id=turn_id,
+        beats=beats,
     )
     follower.joined()
     return run_follower(
@@ -190,6 +194,7 @@ class _Follower:
     stop: anyio.Event
     progress: FollowProgress
     turn_id: str | None = None
+    beats: Beats | None = None
     policy: ReadPolicy = attrs.field(init=False)
     pacing: LoopPacing = attrs.field(init=False, factory=loop_pacing)
     admission: ReadAdmission = attrs.field(init=False, factory=loop_admission)
@@ -256,6 +261,11 @@ class _Follower:
                 # read due already (its last read's answer or slot took the interval),
                 # this checkpoint. Not from ``due``: how long agents and the slots
                 # take is not the loop falling behind (``_admission``).
+                if self.beats is not None and await beat_before(self.beats, self.stop, due):
+                    # A beat that could not wait for this read was written: its put is
+                    # not the loop's lateness.
+                    now = anyio.current_time()
+                    due = max(due, now)
                 delay_from = due
                 if due > now:
                     if until_stop:
@@ -267,6 +277,7 @@ class _Follower:
                     await anyio.lowlevel.checkpoint()
                 if scheduled and not (until_stop and self.stop.is_set()):
                     self._woke(due, delay_from)
+            await beat_if_due(self.beats, self.stop)
             read = await self._read(client, cursor)
             read_started = self._read_began
             if (observer := self.progress.observer) is not None:
@@ -408,16 +419,12 @@ class _Follower:
                 self._read_sent = anyio.current_time()
                 self.policy.reading(now)
                 self.pacing.read()
-                page = await read_page(
-                    client,
-                    self.endpoint,
-                    self.task_id,
-                    cursor,
-                    read_timeout_seconds=self.options.read_timeout_seconds,
-                    max_page_bytes=self.options.max_page_bytes,
-                    headers=self.options.headers,
-                    max_event_bytes=self.options.max_event_bytes,
-                )
+                timeout = self.options.read_timeout_seconds
+                cut = cut_for_beat(self.beats, self.stop, timeout)
+                if cut is None:
+                    page = await self._read_page(client, cursor, timeout)
+                else:
+                    page = await self._read_cut(client, cursor, timeout, cut)
         except ClientClosedError as exc:
             closed = self._client_closed()  # our caller's doing, not the agent's
             closed.__cause__ = exc
@@ -431,6 +438,30 @@ class _Follower:
         if not page.has_more:
             self.progress.caught_up_at = anyio.current_time()
         return page
+
+    def _read_page(self, client: httpx.AsyncClient, cursor: int, timeout: float) -> Awaitable[Page]:
+        return read_page(
+            client,
+            self.endpoint,
+            self.task_id,
+            cursor,
+            read_timeout_seconds=timeout,
+            max_page_bytes=self.options.max_page_bytes,
+            headers=self.options.headers,
+            max_event_bytes=self.options.max_event_bytes,
+        )
+
+    async def _read_cut(
+        self, client: httpx.AsyncClient, cursor: int, bound: float, cut: float
+    ) -> Page:
+        """A read within ``bound``, cut short after ``cut`` for the turn's beat due."""
+        with anyio.move_on_after(cut):
+            return await self._read_page(client, cursor, bound)
+        # No answer yet when the beat could wait no longer: the beats go to a task, and
+        # the read is sent again, within its own bound.
+        assert self.beats is not None
+        self.beats.to_task()
+        return await self._read_page(client, cursor, bound)
 
     def _client_closed(self) -> ClientClosedError:
         return ClientClosedError(

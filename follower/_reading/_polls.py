@@ -41,7 +41,15 @@ from .._format._stream import (
 from .._http._jsonrpc import call_jsonrpc
 from .._retries import FailureStreak
 from ._policy import AFTER_STOP_PAUSE_SECONDS
-from ._shell import failed_call, follow_by, store_events, wait_or_stop
+from ._shell import (
+    beat_before,
+    beat_if_due,
+    cut_for_beat,
+    failed_call,
+    follow_by,
+    store_events,
+    wait_or_stop,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -50,7 +58,7 @@ if TYPE_CHECKING:
 
     from .._format._a2a import TaskSource
     from .._options import FollowOptions
-    from ._record import FollowOutcome, FollowProgress, Sink
+    from ._record import Beats, FollowOutcome, FollowProgress, Sink
 
 logger = logging.getLogger("follower.polls")
 
@@ -66,6 +74,8 @@ class _Poller:
     stop: anyio.Event
     progress: FollowProgress
     turn_id: str | None = None
+    beats: Beats | None = None
+    """The turn's heartbeats, written between polls (``_shell.beat_if_due``)."""
     failing: FailureStreak = attrs.field(init=False)
     seen: dict[str, Any] | None = None
     """The task as the last poll saw it (None before the first)."""
@@ -86,6 +96,7 @@ class _Poller:
 
     async def run(self, client: httpx.AsyncClient, after: int) -> None:
         while True:
+            await beat_if_due(self.beats, self.stop)
             try:
                 task = await self._poll(client, history=False)
             except (AgentUnavailableError, PoolBusyError) as exc:
@@ -119,16 +130,10 @@ class _Poller:
         method, params = self.source.wire.get_task(self.task_id, history=history)
         self.progress.reads += 1
         started = anyio.current_time()
+        bound = self.options.read_timeout_seconds
         try:
-            result = await call_jsonrpc(
-                client,
-                self.source.url,
-                method,
-                params,
-                timeout_seconds=self.options.read_timeout_seconds,
-                headers=(*self.options.headers, *self.source.wire.headers),
-                task_id=self.task_id,
-            )
+            cut = cut_for_beat(self.beats, self.stop, bound)
+            result = await self._call(client, method, params, bound, cut)
         finally:
             if (observer := self.progress.observer) is not None:
                 observer.read_took(anyio.current_time() - started)
@@ -141,6 +146,32 @@ class _Poller:
             )
         task_item(result, task_id=self.task_id, url=self.source.url)  # checked: its id, its state
         return result
+
+    async def _call(
+        self,
+        client: httpx.AsyncClient,
+        method: str,
+        params: dict[str, Any],
+        bound: float,
+        cut: float | None,
+    ) -> Any:
+        """One call within ``bound``; cut short after ``cut`` for the turn's beat due."""
+        if cut is not None:
+            with anyio.move_on_after(cut):
+                return await self._call(client, method, params, bound, None)
+            # No answer yet when the beat could wait no longer: the beats go to a task,
+            # and the poll is sent again, within its own bound.
+            assert self.beats is not None
+            self.beats.to_task()
+        return await call_jsonrpc(
+            client,
+            self.source.url,
+            method,
+            params,
+            timeout_seconds=bound,
+            headers=(*self.options.headers, *self.source.wire.headers),
+            task_id=self.task_id,
+        )
 
     def _changes(self, task: dict[str, Any]) -> list[Any]:
         """What the task says now that the last poll did not: the events to store."""
@@ -181,7 +212,9 @@ class _Poller:
             # The step has stopped: poll on briefly until the task ends or the drain does.
             await anyio.sleep(min(seconds, AFTER_STOP_PAUSE_SECONDS))
             return
-        await wait_or_stop(self.stop, seconds)
+        due = anyio.current_time() + seconds
+        await beat_before(self.beats, self.stop, due)
+        await wait_or_stop(self.stop, due - anyio.current_time())
 
 
 def _artifacts(task: dict[str, Any]) -> list[Any]:
@@ -203,6 +236,7 @@ def follow_polls(
     after: int = 0,
     progress: FollowProgress | None = None,
     turn_id: str | None = None,
+    beats: Beats | None = None,
 ) -> Coroutine[Any, Any, FollowOutcome]:
     """Follow ``task_id`` by polling ``GetTask``, handing each change to ``sink``.
 
@@ -222,4 +256,5 @@ def follow_polls(
         progress=progress,
         turn_id=turn_id,
         logger=logger,
+        beats=beats,
     )

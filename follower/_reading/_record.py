@@ -7,7 +7,7 @@ which the turn's statistics read at any time, and returns a :class:`FollowOutcom
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Protocol, final
 
 import anyio
 import attrs
@@ -18,6 +18,27 @@ if TYPE_CHECKING:
 
 Sink = Callable[["TrajectoryBatch"], Awaitable[None]]
 """Where a follower hands each batch: an async callable (a turn's is ``LiveTrajectoryChunks``)."""
+
+
+class Beats(Protocol):
+    """A turn's heartbeats, which its follower writes between reads (``_turns._beats``)."""
+
+    @property
+    def by_follower(self) -> bool:
+        """Whether the follower writes them still; once False, a task of the turn does."""
+
+    @property
+    def due(self) -> float:
+        """When the next beat is due (``anyio.current_time()``)."""
+
+    def late_at(self) -> float:
+        """The latest the beat due may be written: past it, a read in flight is cut short."""
+
+    async def beat(self) -> None:
+        """Write the beat due; one that took too long moves the beats to a task."""
+
+    def to_task(self) -> None:
+        """Move the beats to a task of the turn, for good."""
 
 
 @final

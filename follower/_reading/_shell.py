@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from .._format._a2a import TaskSource
     from .._format._wire import TrajectoryState
     from .._options import FollowOptions
-    from ._record import FollowOutcome, Sink
+    from ._record import Beats, FollowOutcome, Sink
 
 
 class FollowerLoop(Protocol):
@@ -66,6 +66,7 @@ class MakeLoop(Protocol):
         stop: anyio.Event,
         progress: FollowProgress,
         turn_id: str | None,
+        beats: Beats | None,
     ) -> FollowerLoop: ...
 
 
@@ -81,6 +82,7 @@ def follow_by(
     progress: FollowProgress | None,
     turn_id: str | None,
     logger: logging.Logger,
+    beats: Beats | None = None,
 ) -> Coroutine[Any, Any, FollowOutcome]:
     """Follow ``task_id`` with the loop ``make`` builds, from ``after`` events stored.
 
@@ -102,6 +104,7 @@ def follow_by(
         stop=stop,
         progress=progress,
         turn_id=turn_id,
+        beats=beats,
     )
     return run_follower(
         loop,
@@ -187,6 +190,59 @@ async def wait_or_stop(stop: anyio.Event, seconds: float) -> None:
         await stop.wait()
     # After a wait wakes, a pending cancel goes first (the 3.11 lesson).
     await anyio.lowlevel.checkpoint_if_cancelled()
+
+
+# --- the turn's heartbeats, which a follower writes between its reads (``_turns._beats``)
+
+
+def beats_kept(beats: Beats | None, stop: anyio.Event) -> Beats | None:
+    """The turn's beats while this follower writes them: never once the step has stopped."""
+    if beats is None or not beats.by_follower or stop.is_set():
+        return None
+    return beats
+
+
+async def beat_if_due(beats: Beats | None, stop: anyio.Event) -> None:
+    """Write the beat due, if one is, before the next read."""
+    kept = beats_kept(beats, stop)
+    if kept is not None and anyio.current_time() >= kept.due:
+        await kept.beat()
+
+
+async def beat_before(beats: Beats | None, stop: anyio.Event, due: float) -> bool:
+    """Write each beat that cannot wait for the next read, due at ``due``, waking for it.
+
+    Rare: only a poll interval longer than a beat may be late needs it. Setting
+    ``stop`` ends the wait, and the beats with it. Whether it wrote one: then the
+    read's own lateness counts from when the beat was done, not from ``due``.
+    """
+    wrote = False
+    while (kept := beats_kept(beats, stop)) is not None and kept.late_at() < due:
+        seconds = kept.due - anyio.current_time()
+        if seconds > 0:
+            await wait_or_stop(stop, seconds)
+        else:
+            await kept.beat()
+            wrote = True
+    return wrote
+
+
+def cut_for_beat(beats: Beats | None, stop: anyio.Event, bound: float) -> float | None:
+    """How long a read may wait for its answer before the beat due must be written.
+
+    None when the follower writes no beat, or the read's own ``bound`` comes first. A
+    read still unanswered then is cut short, the beats go to a task, and it is sent
+    again within its own bound: a slow agent costs a read nothing. A beat due already
+    (the read waited for its slot) goes to a task at once.
+    """
+    kept = beats_kept(beats, stop)
+    if kept is None:
+        return None
+    cut = kept.late_at() - anyio.current_time()
+    if cut <= 0:
+        kept.to_task()
+        return None
+    return cut if cut < bound else None
 
 
 async def run_follower(

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     import httpx
 
     from .._options import FollowOptions
-    from ._record import FollowOutcome, FollowProgress, Sink
+    from ._record import Beats, FollowOutcome, FollowProgress, Sink
 
 logger = logging.getLogger("follower.stream")
 
@@ -82,6 +82,7 @@ class _StreamFollower:
     stop: anyio.Event
     progress: FollowProgress
     turn_id: str | None = None
+    beats: Beats | None = None  # handed to a task at once, and not kept
     extra: dict[str, object] = attrs.field(init=False)
     failing: FailureStreak = attrs.field(init=False)
     a2a_state: str = "submitted"
@@ -94,6 +95,11 @@ class _StreamFollower:
     noun = "stream"
 
     def __attrs_post_init__(self) -> None:
+        if self.beats is not None:
+            # The turn's heartbeats go to a task: a stream's wait is the stream, with no
+            # time between reads to write one in.
+            self.beats.to_task()
+            self.beats = None
         self.extra = {"task_id": self.task_id, "turn_id": self.turn_id}
         what = f"streams of task {self.task_id} at {self.source.url}"
         self.failing = FailureStreak(logger, what, noun="stream", extra=self.extra)
@@ -319,6 +325,7 @@ def follow_stream(
     after: int = 0,
     progress: FollowProgress | None = None,
     turn_id: str | None = None,
+    beats: Beats | None = None,
 ) -> Coroutine[Any, Any, FollowOutcome]:
     """Follow ``task_id`` over the agent's stream, handing each frame to ``sink``.
 
@@ -341,4 +348,5 @@ def follow_stream(
         progress=progress,
         turn_id=turn_id,
         logger=logger,
+        beats=beats,
     )

@@ -3,7 +3,8 @@
 A turn's block starts whichever its source names; each keeps the same rules
 (docs/design.md, "Three ways of following"): owned by the turn's task group,
 the sentinel after stop, everything received stored, bounded waits, typed
-errors. ``after`` is how many events the turn has stored already.
+errors. ``after`` is how many events the turn has stored already; ``beats``, the
+turn's heartbeats, which a way writes between its reads or hands to a task.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
     from .._format._a2a import TaskSource
     from .._options import FollowOptions
-    from ._record import FollowOutcome, FollowProgress, Sink
+    from ._record import Beats, FollowOutcome, FollowProgress, Sink
 
 
 class Follow(Protocol):
@@ -39,6 +40,7 @@ class Follow(Protocol):
         after: int = 0,
         progress: FollowProgress | None = None,
         turn_id: str | None = None,
+        beats: Beats | None = None,
     ) -> Coroutine[Any, Any, FollowOutcome]: ...
 
 
@@ -52,6 +54,7 @@ def follow_cursor(
     after: int = 0,
     progress: FollowProgress | None = None,
     turn_id: str | None = None,
+    beats: Beats | None = None,
 ) -> Coroutine[Any, Any, FollowOutcome]:
     """Cursor reads of the live-trajectory extension (``_follow``)."""
     return follow_task(
@@ -63,6 +66,7 @@ def follow_cursor(
         after=after,
         progress=progress,
         turn_id=turn_id,
+        beats=beats,
     )
 
 

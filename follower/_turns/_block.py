@@ -45,6 +45,7 @@ from .._telemetry import (
     agent_url,
     telemetry_for,
 )
+from ._beats import TurnBeats
 from ._chain import TurnProgress
 from ._endings import bounded_cleanup, exit_unwrapped, outcome_of, run_cleanup
 
@@ -136,8 +137,9 @@ class _TurnBlock:
     record: TurnRecord = attrs.field(init=False)
     progress: FollowProgress = attrs.field(factory=FollowProgress, init=False)
     _sink: LiveTrajectoryChunks | None = attrs.field(default=None, init=False)
+    _beats: TurnBeats | None = attrs.field(default=None, init=False)
     _stop: anyio.Event = attrs.field(factory=anyio.Event, init=False)
-    # The follower and the beats, which a drain waits for.
+    # The follower and the beats' task (if it runs), which a drain waits for.
     _running: _Running = attrs.field(factory=lambda: _Running(), init=False)
     _tg: anyio.abc.TaskGroup | None = attrs.field(default=None, init=False)
     _telemetry: Telemetry = attrs.field(default=OFF, init=False)
@@ -175,11 +177,10 @@ class _TurnBlock:
             heartbeat_seconds=self._options.writer_heartbeat_seconds,
         )
         if plan.starts_follower:
+            heartbeat = Heartbeat(self.store, self.keys, self._options.writer_heartbeat_seconds)
+            self._beats = TurnBeats(heartbeat, self._start_beats)
             self._running.started()  # the follower
             self._start_follower(task_id)
-            assert self._tg is not None
-            self._running.started()  # the beats
-            self._tg.start_soon(self._beat, name=f"heartbeat {self.turn_id}")
         if plan.links_from is not None:
             assert self._tg is not None
             self._tg.start_soon(self._write_link, name=f"link {plan.links_from} -> {self.turn_id}")
@@ -201,8 +202,9 @@ class _TurnBlock:
         self._tg.start_soon(self._run_follower, task_id, name=f"follower {self.turn_id}")
 
     async def _run_follower(self, task_id: str) -> None:
-        sink = self._sink
+        sink, beats = self._sink, self._beats
         assert sink is not None
+        assert beats is not None
         # The follower's span (a child of the turn's: this task's context is a copy of
         # the block's), its record observed and its counts metered while it runs.
         traced = self._telemetry.following(
@@ -218,7 +220,9 @@ class _TurnBlock:
                 try:
                     # Whose turn it is, and that its writer beats, at once: a reader of a
                     # task that stays silent must know what to judge its writer by.
-                    await sink.store_task()
+                    await sink.store_task()  # another run's turn raises: no beat
+                    if not self._stop.is_set():
+                        await beats.beat()
                     follow = FOLLOWERS[self.source.via]
                     await follow(
                         self.source,
@@ -229,9 +233,15 @@ class _TurnBlock:
                         after=sink.stored_next,
                         progress=self.progress,
                         turn_id=self.turn_id,
+                        beats=beats,
                     )
                 except Exception as exc:  # the turn's to log; the step goes on
                     log_follower_failure(exc, self.turn_id, task_id, self.endpoint, span.failed)
+            if not sink.turn_taken:
+                # Ended (not cancelled) before the body did: the task's last page read,
+                # say. The turn is open still, so its beats go on in a task, started
+                # before this one is counted out: a drain never finds none running between.
+                beats.to_task()
         finally:
             if sink.turn_taken:
                 # Said at once, not at the block's exit: a turn that follows next, in
@@ -239,29 +249,34 @@ class _TurnBlock:
                 self.record.taken_by_another_run()
             self._running.ended()
 
+    def _start_beats(self) -> None:
+        """Start the beats' task: the follower no longer writes them (``_beats``)."""
+        assert self._tg is not None
+        if self._stop.is_set() or self._tg.cancel_scope.cancel_called:
+            return  # the body has ended, or the block cancels its group: no new beat
+        self._running.started()
+        self._tg.start_soon(self._beat, name=f"heartbeat {self.turn_id}")
+
     async def _beat(self) -> None:
         """The writer's heartbeats, one every ``writer_heartbeat_seconds`` until the turn ends.
 
         A sign of life for readers while the turn is open and has no end mark,
-        the first at once. Each beat is bounded by the interval and never raises
-        (``Heartbeat.beat``), so the beats cost the step nothing but their puts;
-        a beat that overran is followed by the next at once, never by a burst.
-        A turn that ends starts no new beat, and its drain waits for the one in
-        flight (within the beat's bound and the drain's): a put cancelled in a
-        store's worker thread would still land, after the block.
+        for the rest of a turn whose follower no longer writes them. Each beat is
+        bounded by the interval and never raises (``Heartbeat.beat``), so the beats
+        cost the step nothing but their puts; a beat that overran is followed by the
+        next at once, never by a burst. A turn that ends starts no new beat, and its
+        drain waits for the one in flight (within the beat's bound and the drain's):
+        a put cancelled in a store's worker thread would still land, after the block.
         """
         try:
-            sink = self._sink
+            sink, beats = self._sink, self._beats
             assert sink is not None
-            heart = Heartbeat(self.store, self.keys, self._options.writer_heartbeat_seconds)
-            interval = heart.heartbeat_seconds
-            due = anyio.current_time()
+            assert beats is not None
             # Another run's turn: its writer says whether it lives.
             while not sink.turn_taken and not self._stop.is_set():
-                with anyio.move_on_after(interval):
-                    await heart.beat()
-                due = max(due + interval, anyio.current_time())
-                with anyio.CancelScope(deadline=due):
+                if anyio.current_time() >= beats.due:
+                    await beats.write()
+                with anyio.CancelScope(deadline=beats.due):
                     await self._stop.wait()
         finally:
             self._running.ended()
