@@ -16,8 +16,6 @@ option of that name), and measures what they keep:
 - ``promise``: the least a turn can keep and still never outlive its step: in
   the step, a task group with the follower's task, in a timed wait for the
   turn's stop event as the library's follower waits;
-- ``tasks``: the library's tasks as they are: the same with the writer
-  heartbeat's task beside the follower's, waiting the same way;
 - ``turn``: the library's open turn (``following_live_trajectory``, its follower
   reading an in-memory agent every ``--poll`` seconds, into a store that keeps
   nothing), once every follower has read its first page and waits.
@@ -31,7 +29,7 @@ against ``promise`` at the same N and backend, in the same run. Figures, never
 assertions: they belong to the machine they ran on.
 
 Usage: ``python benchmarks/collector_floor.py [--followers 1000,5000]
-[--backend asyncio,trio] [--shapes step,promise,tasks,turn] [--poll 10] [--start-batch K]
+[--backend asyncio,trio] [--shapes step,promise,turn] [--poll 10] [--start-batch K]
 [--quick] [--markdown] [--json PATH]``.
 """
 
@@ -53,7 +51,7 @@ import anyio.lowlevel
 from _counting_store import NullStore
 from _measure import RESULT_MARK, GcClock, Heartbeat, machine, rss_kib, run_about
 
-SHAPES = ("step", "promise", "tasks", "turn")
+SHAPES = ("step", "promise", "turn")
 BACKENDS = ("asyncio", "trio")
 FULL_PASSES = 5
 # Long enough that a waiting follower's own timer never fires while it is measured.
@@ -73,7 +71,7 @@ async def _step(ready: Callable[[], None]) -> None:
 
 
 async def _timed_wait(stop: anyio.Event) -> None:
-    while True:  # the follower's and the heartbeat's wait: a deadline around the stop event
+    while True:  # the follower's wait: a deadline around the stop event
         with anyio.move_on_after(HOUR):
             await stop.wait()
 
@@ -82,15 +80,6 @@ async def _promise(ready: Callable[[], None]) -> None:
     stop = anyio.Event()
     async with anyio.create_task_group() as turn:
         turn.start_soon(_timed_wait, stop)  # the follower
-        ready()
-        await anyio.sleep_forever()
-
-
-async def _tasks(ready: Callable[[], None]) -> None:
-    stop = anyio.Event()
-    async with anyio.create_task_group() as turn:
-        turn.start_soon(_timed_wait, stop)  # the follower
-        turn.start_soon(_timed_wait, stop)  # the writer's heartbeat
         ready()
         await anyio.sleep_forever()
 
@@ -184,7 +173,7 @@ async def _measure(shape: str, n: int, poll: float, batch: int) -> dict[str, Any
     if shape == "turn":
         run, store = _turn_shape(poll)
     else:
-        run = {"step": _step, "promise": _promise, "tasks": _tasks}[shape]
+        run = {"step": _step, "promise": _promise}[shape]
     heartbeat = Heartbeat()
     collector = GcClock()
     collector.install()
@@ -328,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--followers", default="1000,5000", help="comma-separated Ns")
     parser.add_argument("--backend", default=",".join(BACKENDS), help="asyncio,trio")
-    parser.add_argument("--shapes", default=",".join(SHAPES), help="of step,promise,tasks,turn")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="of step,promise,turn")
     parser.add_argument(
         "--poll", type=float, default=10.0, help="the turns' poll interval (default 10 s)"
     )

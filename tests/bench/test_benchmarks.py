@@ -225,7 +225,7 @@ def test_collector_floor_quick_measures_every_shape_beneath_the_turn(tmp_path: P
     out = tmp_path / "collector_floor.json"
     printed = run("collector_floor.py", "--quick", "--json", str(out))
     rows = json.loads(out.read_text())["results"]
-    shapes = ("step", "promise", "tasks", "turn")
+    shapes = ("step", "promise", "turn")
     assert {(r["backend"], r["shape"]) for r in rows} == {
         (backend, shape) for backend in ("asyncio", "trio") for shape in shapes
     }
@@ -233,10 +233,9 @@ def test_collector_floor_quick_measures_every_shape_beneath_the_turn(tmp_path: P
     for backend in ("asyncio", "trio"):
         kept = {r["shape"]: r["tracked_per_step"] for r in rows if r["backend"] == backend}
         # Each shape holds the one before it: the promise's is a step with a task group and
-        # the follower's task, the library's tasks add the heartbeat's, and its turn runs
-        # them. A floor that kept no more than a step, or more than a turn, would not be
-        # the floor it is printed as.
-        assert 0 < kept["step"] < kept["promise"] < kept["tasks"] <= kept["turn"], kept
+        # the follower's task, and the library's turn runs them. A floor that kept no more
+        # than a step, or more than a turn, would not be the floor it is printed as.
+        assert 0 < kept["step"] < kept["promise"] < kept["turn"], kept
         assert all(r["full_pass_ms"] > 0 for r in rows)
 
 
