@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import itertools
 import json
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
 import httpx
 import pytest
 
-from follower import MemoryStore, TaskSource, Via, following_live_trajectory
+from follower import LiveTurn, MemoryStore, TaskSource, Via, following_live_trajectory
 from follower._format._layout import JSON, TaskMark, TurnKeys
+from follower._options import DEFAULT_READ_TIMEOUT_SECONDS
 from follower._turns._beats import LATE_INTERVALS
 
 from ..support.agents import ENDPOINT, ScriptedAgent
@@ -61,6 +63,28 @@ class BeatClock(MemoryStore):
         return max(b - a for a, b in itertools.pairwise(times))
 
 
+def beating_turn(
+    client: httpx.AsyncClient,
+    store: MemoryStore,
+    source: str | TaskSource = ENDPOINT,
+    *,
+    poll: float = POLL,
+    beat: float = BEAT,
+    read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
+) -> AbstractAsyncContextManager[LiveTurn]:
+    """The turn under test: ``source`` followed every ``poll``, a beat every ``beat``."""
+    return following_live_trajectory(
+        source,
+        store,
+        PREFIX,
+        TURN,
+        poll_interval_seconds=poll,
+        client=client,
+        writer_heartbeat_seconds=beat,
+        read_timeout_seconds=read_timeout_seconds,
+    )
+
+
 def heartbeat_task_runs() -> bool:
     return any(task.name == HEARTBEAT_TASK for task in anyio.get_running_tasks())
 
@@ -75,15 +99,7 @@ async def test_a_cursor_follower_writes_the_beats_with_no_task_of_their_own() ->
     agent, store = ScriptedAgent(), BeatClock()
     agent.add_task("t1")  # silent: no page ever stores a chunk, only beats say it lives
     with anyio.fail_after(100):
-        async with following_live_trajectory(
-            ENDPOINT,
-            store,
-            PREFIX,
-            TURN,
-            poll_interval_seconds=POLL,
-            client=agent.client(),
-            writer_heartbeat_seconds=BEAT,
-        ) as turn:
+        async with beating_turn(agent.client(), store) as turn:
             turn.follow("t1")
             await anyio.sleep(10.5 * BEAT)
             assert not heartbeat_task_runs()
@@ -100,15 +116,7 @@ async def test_a_turn_whose_follower_ended_beats_on_in_a_task_until_it_ends() ->
     agent.publish("t1", 1, 2)
     agent.finish("t1")
     with anyio.fail_after(100):
-        async with following_live_trajectory(
-            ENDPOINT,
-            store,
-            PREFIX,
-            TURN,
-            poll_interval_seconds=POLL,
-            client=agent.client(),
-            writer_heartbeat_seconds=BEAT,
-        ) as turn:
+        async with beating_turn(agent.client(), store) as turn:
             turn.follow("t1")
             await settled(agent, 1)
             stats = turn.statistics()
@@ -153,15 +161,8 @@ async def test_a_read_with_no_answer_when_a_beat_is_due_is_cut_and_sent_again() 
     # adds to a bound for a pooled connection): it is sent again with the whole bound.
     slow = 10 * beat
     with anyio.fail_after(1000):
-        async with following_live_trajectory(
-            ENDPOINT,
-            store,
-            PREFIX,
-            TURN,
-            poll_interval_seconds=POLL,
-            client=agent.client(),
-            writer_heartbeat_seconds=beat,
-            read_timeout_seconds=slow + BEAT,
+        async with beating_turn(
+            agent.client(), store, beat=beat, read_timeout_seconds=slow + BEAT
         ) as turn:
             turn.follow("t1")
             await settled(agent, 1)
@@ -198,15 +199,7 @@ async def test_a_slow_beat_moves_the_beats_to_a_task_and_the_reads_go_on() -> No
     agent, store = ScriptedAgent(), SlowBeats()
     agent.add_task("t1")
     with anyio.fail_after(100):
-        async with following_live_trajectory(
-            ENDPOINT,
-            store,
-            PREFIX,
-            TURN,
-            poll_interval_seconds=POLL,
-            client=agent.client(),
-            writer_heartbeat_seconds=BEAT,
-        ) as turn:
+        async with beating_turn(agent.client(), store) as turn:
             turn.follow("t1")
             await anyio.sleep(10 * BEAT)
             assert heartbeat_task_runs()
@@ -233,15 +226,7 @@ async def test_a_polled_turn_writes_its_beats_between_polls() -> None:
     store, polls = BeatClock(), []
     source = TaskSource(Via.POLL, "http://agent.test/a2a", None)
     with anyio.fail_after(100):
-        async with following_live_trajectory(
-            source,
-            store,
-            PREFIX,
-            TURN,
-            poll_interval_seconds=POLL,
-            client=polled_agent(polls),
-            writer_heartbeat_seconds=BEAT,
-        ) as turn:
+        async with beating_turn(polled_agent(polls), store, source) as turn:
             turn.follow("t1")
             await anyio.sleep(10.5 * BEAT)
             assert not heartbeat_task_runs()
@@ -256,15 +241,7 @@ async def test_a_poll_interval_longer_than_a_beat_may_wait_wakes_the_follower_to
     agent, store = ScriptedAgent(), BeatClock()
     agent.add_task("t1")
     with anyio.fail_after(100):
-        async with following_live_trajectory(
-            ENDPOINT,
-            store,
-            PREFIX,
-            TURN,
-            poll_interval_seconds=3 * BEAT,
-            client=agent.client(),
-            writer_heartbeat_seconds=BEAT,
-        ) as turn:
+        async with beating_turn(agent.client(), store, poll=3 * BEAT) as turn:
             turn.follow("t1")
             await anyio.sleep(10.5 * BEAT)
             assert not heartbeat_task_runs()
@@ -280,15 +257,7 @@ async def test_a_turn_another_run_took_writes_no_beat() -> None:
     agent.add_task("t1")
     agent.publish("t1", 1)
     with anyio.fail_after(100):
-        async with following_live_trajectory(
-            ENDPOINT,
-            store,
-            PREFIX,
-            TURN,
-            poll_interval_seconds=POLL,
-            client=agent.client(),
-            writer_heartbeat_seconds=BEAT,
-        ) as turn:
+        async with beating_turn(agent.client(), store) as turn:
             # Another run of the step got there first: its task.json is the turn's.
             theirs = TaskMark.started_now("t1", "http://elsewhere.test/ext/trajectory", BEAT)
             await store.put(KEYS.task, theirs.encode(), content_type=JSON)
