@@ -62,7 +62,14 @@ from ._policy import (
 from ._record import FollowOutcome as FollowOutcome
 from ._record import FollowProgress as FollowProgress
 from ._record import Sink as Sink
-from ._shell import beat_before, beat_if_due, cut_for_beat, run_follower, wait_or_stop
+from ._shell import (
+    beat_before,
+    beat_if_due,
+    cut_for_beat,
+    run_follower,
+    sent_again_if_cut,
+    wait_or_stop,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Coroutine
@@ -424,7 +431,9 @@ class _Follower:
                 if cut is None:
                     page = await self._read_page(client, cursor, timeout)
                 else:
-                    page = await self._read_cut(client, cursor, timeout, cut)
+                    page = await sent_again_if_cut(
+                        self.beats, cut, self._read_page, client, cursor, timeout
+                    )
         except ClientClosedError as exc:
             closed = self._client_closed()  # our caller's doing, not the agent's
             closed.__cause__ = exc
@@ -450,18 +459,6 @@ class _Follower:
             headers=self.options.headers,
             max_event_bytes=self.options.max_event_bytes,
         )
-
-    async def _read_cut(
-        self, client: httpx.AsyncClient, cursor: int, bound: float, cut: float
-    ) -> Page:
-        """A read within ``bound``, cut short after ``cut`` for the turn's beat due."""
-        with anyio.move_on_after(cut):
-            return await self._read_page(client, cursor, bound)
-        # No answer yet when the beat could wait no longer: the beats go to a task, and
-        # the read is sent again, within its own bound.
-        assert self.beats is not None
-        self.beats.to_task()
-        return await self._read_page(client, cursor, bound)
 
     def _client_closed(self) -> ClientClosedError:
         return ClientClosedError(

@@ -47,6 +47,7 @@ from ._shell import (
     cut_for_beat,
     failed_call,
     follow_by,
+    sent_again_if_cut,
     store_events,
     wait_or_stop,
 )
@@ -133,7 +134,12 @@ class _Poller:
         bound = self.options.read_timeout_seconds
         try:
             cut = cut_for_beat(self.beats, self.stop, bound)
-            result = await self._call(client, method, params, bound, cut)
+            if cut is None:
+                result = await self._call(client, method, params, bound)
+            else:
+                result = await sent_again_if_cut(
+                    self.beats, cut, self._call, client, method, params, bound
+                )
         finally:
             if (observer := self.progress.observer) is not None:
                 observer.read_took(anyio.current_time() - started)
@@ -148,21 +154,8 @@ class _Poller:
         return result
 
     async def _call(
-        self,
-        client: httpx.AsyncClient,
-        method: str,
-        params: dict[str, Any],
-        bound: float,
-        cut: float | None,
+        self, client: httpx.AsyncClient, method: str, params: dict[str, Any], bound: float
     ) -> Any:
-        """One call within ``bound``; cut short after ``cut`` for the turn's beat due."""
-        if cut is not None:
-            with anyio.move_on_after(cut):
-                return await self._call(client, method, params, bound, None)
-            # No answer yet when the beat could wait no longer: the beats go to a task,
-            # and the poll is sent again, within its own bound.
-            assert self.beats is not None
-            self.beats.to_task()
         return await call_jsonrpc(
             client,
             self.source.url,

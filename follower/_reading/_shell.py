@@ -9,7 +9,7 @@ follower's record (``running``, ``stopped_at``) and its failure log's summary.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -30,7 +30,7 @@ from ._record import FollowProgress
 
 if TYPE_CHECKING:
     import logging
-    from collections.abc import Coroutine
+    from collections.abc import Awaitable, Callable, Coroutine
 
     import httpx
 
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from .._format._wire import TrajectoryState
     from .._options import FollowOptions
     from ._record import Beats, FollowOutcome, Sink
+
+T = TypeVar("T")
 
 
 class FollowerLoop(Protocol):
@@ -243,6 +245,21 @@ def cut_for_beat(beats: Beats | None, stop: anyio.Event, bound: float) -> float 
         kept.to_task()
         return None
     return cut if cut < bound else None
+
+
+async def sent_again_if_cut(
+    beats: Beats | None, cut: float, send: Callable[..., Awaitable[T]], *args: Any
+) -> T:
+    """``send(*args)``, cut short after ``cut`` (:func:`cut_for_beat`) for the beat due.
+
+    Still unanswered then: the beats go to a task, and it is sent again, within its
+    own bound (which ``args`` carry).
+    """
+    with anyio.move_on_after(cut):
+        return await send(*args)
+    assert beats is not None
+    beats.to_task()
+    return await send(*args)
 
 
 async def run_follower(
