@@ -10,7 +10,7 @@ from __future__ import annotations
 import email.utils
 import functools
 import time
-from contextlib import aclosing
+from contextlib import aclosing, nullcontext
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
@@ -79,6 +79,15 @@ class ErrorBody(bytes):
         return made
 
 
+class CutShort(Exception):
+    """An exchange given up at its caller's ``cut_at``, before its own bound: send it again.
+
+    Never a failure of the agent's, and never seen outside the library: a follower
+    cuts a read short to write its turn's heartbeat on time, then sends it again
+    (``_reading._shell.sent_again_if_cut``).
+    """
+
+
 async def read_page(
     client: httpx.AsyncClient,
     endpoint: str,
@@ -89,6 +98,7 @@ async def read_page(
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     headers: RequestHeaders = (),
+    cut_at: float | None = None,
 ) -> Page:
     """Read one page of ``task_id`` from cursor ``after``, validated.
 
@@ -96,7 +106,7 @@ async def read_page(
     sent with the read, on top of the client's own. A body over ``LARGE_PAGE_BYTES``
     is decoded in a worker thread, so the event loop keeps its schedule (deadlines,
     other followers) meanwhile; a smaller one decodes in place, in well under a
-    millisecond.
+    millisecond. ``cut_at``: see :func:`exchange` (the decode is not cut short).
     """
     try:
         status, body = await exchange(
@@ -108,6 +118,7 @@ async def read_page(
             max_body_bytes=max_page_bytes,
             what=f"read of task {task_id!r} from after={after}",
             headers=headers,
+            cut_at=cut_at,
         )
         if status != 200:
             raise _status_error(status, body, task_id, endpoint)
@@ -157,6 +168,7 @@ async def exchange(
     max_body_bytes: int,
     what: str,
     headers: RequestHeaders = (),
+    cut_at: float | None = None,
 ) -> tuple[int, bytes]:
     """Send one request; return the status and the body (an error body cut short).
 
@@ -171,22 +183,40 @@ async def exchange(
     A redirect is never followed, whatever the client says: it is an answer like
     any other non-200, so a token sent with ``headers`` (or by the client) reaches
     only the URL asked for.
+
+    ``cut_at`` (a time on the loop's clock): the exchange still unfinished then is
+    given up, raising :class:`CutShort`. On the library's own transport that is the
+    exchange's deadline, when it comes first; on any other, a cancel scope's.
     """
     # The current trace's context goes with every request: the agent's spans join it.
     fields = with_trace_context(_request_fields(headers))
     parsed = _parsed_url(url)
     where = f"{what} at {url}"
     deadline: anyio.CancelScope | None = None
+    cut: anyio.CancelScope | None = None  # a scope for cut_at, where the deadline is not it
+    cut_by_deadline = False  # the exchange's own deadline is cut_at
     send: Awaitable[tuple[int, bytes]]
     ours = client if isinstance(client, AgentClient) and json_body is not None else None
     merged = None if ours is None else ours.merged_for_json(parsed, fields)
     if ours is not None and merged is not None:
         # The library's client on its own transport, which bounds the whole exchange by
-        # the timeout and has no pool to wait for: no httpx model is made.
+        # the timeout and has no pool to wait for: no httpx model is made. A cut that
+        # comes first is its deadline, and no scope (and its timer) more for each read.
+        bound_at = anyio.current_time() + timeout_seconds
+        cut_by_deadline = cut_at is not None and cut_at < bound_at
         send = _send_direct(
-            ours, method, parsed, json_body, merged, timeout_seconds, max_body_bytes, where
+            ours,
+            method,
+            parsed,
+            json_body,
+            merged,
+            cut_at if cut_by_deadline and cut_at is not None else bound_at,
+            max_body_bytes,
+            where,
         )
     else:
+        if cut_at is not None:
+            cut = anyio.CancelScope(deadline=cut_at)
         timeout = _timeout(timeout_seconds)
         if ours is not None:  # the same, with httpx's models (the client's cookies, say)
             request = ours.build_json_request(
@@ -200,9 +230,9 @@ async def exchange(
                 deadline = _bounded_by_traces(request, timeout_seconds)
         send = _send_capped(client, request, max_body_bytes, where)
     try:
-        if deadline is None:
+        if deadline is None and cut is None:
             return await send
-        with deadline:
+        with cut or nullcontext(), deadline or nullcontext():
             return await send
     except FollowerError as exc:  # a body refused as read
         add_context(exc, url=url)
@@ -212,6 +242,8 @@ async def exchange(
             f"no free connection to {url} in {POOL_WAIT_SECONDS} s", url=url
         ) from exc
     except httpx.TimeoutException as exc:
+        if cut_by_deadline:  # on the library's transport, the only timeout is the deadline
+            raise CutShort(where) from exc
         raise AgentUnavailableError(
             f"{what} at {url} timed out after {timeout_seconds} s", url=url
         ) from exc
@@ -226,7 +258,9 @@ async def exchange(
         if client.is_closed:
             raise _client_closed(what, url) from exc
         raise
-    # Only the deadline's own cancel, caught by its scope, ends up here.
+    # Only a cancel of the cut's or the deadline's, caught by its own scope, ends up here.
+    if cut is not None and cut.cancelled_caught:
+        raise CutShort(where)
     raise AgentUnavailableError(f"{what} at {url} took over {timeout_seconds} s", url=url)
 
 
@@ -259,14 +293,12 @@ async def _send_direct(
     url: httpx.URL,
     json_body: Any,
     merged: Merged,
-    timeout_seconds: float,
+    deadline: float,
     max_body_bytes: int,
     what: str,
 ) -> tuple[int, bytes]:
     """:func:`_send_capped` on the library's client and transport, with no httpx model made."""
-    head, body = await client.json_exchange(
-        method, url, json_body, merged, deadline=anyio.current_time() + timeout_seconds
-    )
+    head, body = await client.json_exchange(method, url, json_body, merged, deadline=deadline)
     try:
         return await _capped_answer(
             head.status, _Fields(head.headers).get, body.read_within, max_body_bytes, what

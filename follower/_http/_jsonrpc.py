@@ -43,8 +43,12 @@ async def call_jsonrpc(
     timeout_seconds: float,
     headers: RequestHeaders = (),
     task_id: str | None = None,
+    cut_at: float | None = None,
 ) -> Any:
-    """Call ``method`` at ``url``; return the answer's ``result``, or raise what it says."""
+    """Call ``method`` at ``url``; return the answer's ``result``, or raise what it says.
+
+    ``cut_at``: the call still unanswered then raises ``CutShort`` (``exchange``).
+    """
     status, body = await exchange(
         client,
         "POST",
@@ -54,6 +58,7 @@ async def call_jsonrpc(
         max_body_bytes=MAX_RPC_BYTES,
         what=call_name(method, None, task_id),
         headers=headers,
+        cut_at=cut_at,
     )
     return rpc_result(status, body, call_name(method, url, task_id), url, task_id)
 

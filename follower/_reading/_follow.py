@@ -427,13 +427,10 @@ class _Follower:
                 self.policy.reading(now)
                 self.pacing.read()
                 timeout = self.options.read_timeout_seconds
-                cut = cut_for_beat(self.beats, self.stop, timeout)
-                if cut is None:
-                    page = await self._read_page(client, cursor, timeout)
-                else:
-                    page = await sent_again_if_cut(
-                        self.beats, cut, self._read_page, client, cursor, timeout
-                    )
+                cut_at = cut_for_beat(self.beats, self.stop, timeout)
+                page = await sent_again_if_cut(
+                    self.beats, cut_at, self._read_page, client, cursor, timeout
+                )
         except ClientClosedError as exc:
             closed = self._client_closed()  # our caller's doing, not the agent's
             closed.__cause__ = exc
@@ -448,7 +445,9 @@ class _Follower:
             self.progress.caught_up_at = anyio.current_time()
         return page
 
-    def _read_page(self, client: httpx.AsyncClient, cursor: int, timeout: float) -> Awaitable[Page]:
+    def _read_page(
+        self, client: httpx.AsyncClient, cursor: int, timeout: float, cut_at: float | None
+    ) -> Awaitable[Page]:
         return read_page(
             client,
             self.endpoint,
@@ -458,6 +457,7 @@ class _Follower:
             max_page_bytes=self.options.max_page_bytes,
             headers=self.options.headers,
             max_event_bytes=self.options.max_event_bytes,
+            cut_at=cut_at,
         )
 
     def _client_closed(self) -> ClientClosedError:

@@ -133,13 +133,10 @@ class _Poller:
         started = anyio.current_time()
         bound = self.options.read_timeout_seconds
         try:
-            cut = cut_for_beat(self.beats, self.stop, bound)
-            if cut is None:
-                result = await self._call(client, method, params, bound)
-            else:
-                result = await sent_again_if_cut(
-                    self.beats, cut, self._call, client, method, params, bound
-                )
+            cut_at = cut_for_beat(self.beats, self.stop, bound)
+            result = await sent_again_if_cut(
+                self.beats, cut_at, self._call, client, method, params, bound
+            )
         finally:
             if (observer := self.progress.observer) is not None:
                 observer.read_took(anyio.current_time() - started)
@@ -154,7 +151,12 @@ class _Poller:
         return result
 
     async def _call(
-        self, client: httpx.AsyncClient, method: str, params: dict[str, Any], bound: float
+        self,
+        client: httpx.AsyncClient,
+        method: str,
+        params: dict[str, Any],
+        bound: float,
+        cut_at: float | None,
     ) -> Any:
         return await call_jsonrpc(
             client,
@@ -164,6 +166,7 @@ class _Poller:
             timeout_seconds=bound,
             headers=(*self.options.headers, *self.source.wire.headers),
             task_id=self.task_id,
+            cut_at=cut_at,
         )
 
     def _changes(self, task: dict[str, Any]) -> list[Any]:

@@ -25,6 +25,7 @@ from .._errors import (
 from .._format._stream import STREAM_FORMAT
 from .._format._wire import MAX_PAGE_EVENTS, TrajectoryBatch
 from .._http._clients import ClientLease
+from .._http._exchange import CutShort
 from .._retries import FailureStreak, backoff_fraction, failure_reason
 from ._record import FollowProgress
 
@@ -230,7 +231,7 @@ async def beat_before(beats: Beats | None, stop: anyio.Event, due: float) -> boo
 
 
 def cut_for_beat(beats: Beats | None, stop: anyio.Event, bound: float) -> float | None:
-    """How long a read may wait for its answer before the beat due must be written.
+    """When a read must be cut short, unanswered, for the beat due: a time on the loop's clock.
 
     None when the follower writes no beat, or the read's own ``bound`` comes first. A
     read still unanswered then is cut short, the beats go to a task, and it is sent
@@ -240,26 +241,31 @@ def cut_for_beat(beats: Beats | None, stop: anyio.Event, bound: float) -> float 
     kept = beats_kept(beats, stop)
     if kept is None:
         return None
-    cut = kept.late_at() - anyio.current_time()
-    if cut <= 0:
+    cut_at = kept.late_at()
+    now = anyio.current_time()
+    if cut_at <= now:
         kept.to_task()
         return None
-    return cut if cut < bound else None
+    return cut_at if cut_at - now < bound else None
 
 
 async def sent_again_if_cut(
-    beats: Beats | None, cut: float, send: Callable[..., Awaitable[T]], *args: Any
+    beats: Beats | None, cut_at: float | None, send: Callable[..., Awaitable[T]], *args: Any
 ) -> T:
-    """``send(*args)``, cut short after ``cut`` (:func:`cut_for_beat`) for the beat due.
+    """``send(*args, cut_at)``, cut short at ``cut_at`` (:func:`cut_for_beat`) for the beat due.
 
-    Still unanswered then: the beats go to a task, and it is sent again, within its
-    own bound (which ``args`` carry).
+    ``send`` passes ``cut_at`` on to the exchange (``_http._exchange.exchange``), which
+    raises :class:`CutShort` if it comes first. Still unanswered then: the beats go to a
+    task, and it is sent again, within its own bound (which ``args`` carry).
     """
-    with anyio.move_on_after(cut):
-        return await send(*args)
-    assert beats is not None
-    beats.to_task()
-    return await send(*args)
+    if cut_at is None:
+        return await send(*args, None)
+    try:
+        return await send(*args, cut_at)
+    except CutShort:
+        assert beats is not None
+        beats.to_task()
+    return await send(*args, None)
 
 
 async def run_follower(
