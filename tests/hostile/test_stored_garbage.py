@@ -36,7 +36,7 @@ from follower._format._nesting import MAX_JSON_DEPTH, json_depth, nests_too_deep
 from follower._storing._stored_turn import read_stored_turn
 
 from ..support.cli import assert_one_line_error, run_cli
-from ..support.hypothesis_profiles import property_settings
+from ..support.hypothesis_profiles import property_settings, share_seed
 
 pytestmark = pytest.mark.anyio
 
@@ -166,7 +166,9 @@ def near_the_limit(draw: st.DrawFn) -> Any:
 # Each value is 100 to 160 levels deep, so drawing one is slow on a busy machine: the
 # profile's settings (derandomized, no health check on the time a draw takes), not
 # Hypothesis's defaults, under which a loaded CI runner failed it for slowness alone.
-@property_settings(100)
+# The slowest property of this file: its budget is shared by make test's Pythons.
+@share_seed
+@property_settings(100, shared=True)
 @given(near_the_limit())
 def test_near_the_limit_the_verdict_is_exact(value: Any) -> None:
     depth = depth_of(value)
