@@ -228,6 +228,8 @@ class FailureStreak:
 
     def recovered(self) -> None:
         """A call succeeded: a run's first recovery gets its summary, and a flap once it settles."""
+        if self._phase is _Phase.IDLE and not self.in_a_row:
+            return  # the common case, a read each poll: no clock read
         now = anyio.current_time()
         if self.in_a_row:
             self._answered_at = now

@@ -60,7 +60,8 @@ BUSY_CPU_SHARE = 0.8
 # for the loop, not for its agent.
 ADMITTED_READS = 16
 
-_AT_ONCE: AbstractAsyncContextManager[object] = contextlib.nullcontext()
+AT_ONCE: AbstractAsyncContextManager[object] = contextlib.nullcontext()
+"""The slot of a read while the loop keeps up: none, so the read never waits for it."""
 
 
 @final
@@ -130,7 +131,7 @@ class ReadAdmission:
 
     def slot(self) -> AbstractAsyncContextManager[object]:
         """What a read holds while it runs: one of the slots while the loop is behind."""
-        return self._slots if self.behind else _AT_ONCE
+        return self._slots if self.behind else AT_ONCE
 
     @property
     def reads_queued(self) -> int:

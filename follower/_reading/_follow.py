@@ -40,7 +40,7 @@ from .._options import (
     count,
 )
 from .._retries import FailureStreak, backoff_fraction
-from ._admission import ReadAdmission, loop_admission
+from ._admission import AT_ONCE, ReadAdmission, loop_admission
 from ._pacing import LoopPacing
 
 # Re-exported: tests pace their agents by it.
@@ -283,14 +283,18 @@ class _Follower:
                     delay_from = now
                     await anyio.lowlevel.checkpoint()
                 if scheduled and not (until_stop and self.stop.is_set()):
-                    self._woke(due, delay_from)
-            await beat_if_due(self.beats, self.stop)
-            read = await self._read(client, cursor)
+                    now = self._woke(due, delay_from)
+                else:
+                    now = anyio.current_time()
+            # One reading of the clock a step, handed on: each costs anyio a backend lookup.
+            now = await beat_if_due(self.beats, self.stop, now)
+            read = await self._read(client, cursor, now)
+            answered = anyio.current_time()
             read_started = self._read_began
             if (observer := self.progress.observer) is not None:
                 # The read's own time, from when it took its slot (if it needed one).
-                observer.read_took(anyio.current_time() - self._read_sent)
-            action = self._told(read)
+                observer.read_took(answered - self._read_sent)
+            action = self._told(read, answered)
             if isinstance(action, HandOver):
                 assert not isinstance(read, FollowerError)
                 await self.sink(read.to_batch())
@@ -303,11 +307,12 @@ class _Follower:
             due, until_stop, scheduled = self._next_read(action, read, read_started)
             del read, action
 
-    def _woke(self, due: float, delay_from: float) -> None:
+    def _woke(self, due: float, delay_from: float) -> float:
         """A wait for the next read ended: how late after ``due`` it begins, and the loop's delay.
 
         The loop's own delay, from ``delay_from`` (the wait's deadline, or the
         checkpoint of a read due already), tells the loop's admission whether it is behind.
+        Returns the time it woke.
         """
         now = anyio.current_time()
         late = max(0.0, now - due)
@@ -338,8 +343,9 @@ class _Follower:
                     "over_capacity_factor": over.factor,
                 },
             )
+        return now
 
-    def _told(self, read: Page | FollowerError) -> Action:
+    def _told(self, read: Page | FollowerError, now: float) -> Action:
         """Count the read, log what it did to the run of failures, and ask the policy."""
         outcome: Outcome
         if isinstance(read, FollowerError):
@@ -362,7 +368,9 @@ class _Follower:
         self.progress.reads += counted.reads
         self.progress.failed_reads += counted.failed_reads
         self.progress.pool_waits += counted.pool_waits
-        return self.policy.read(outcome, stopped=self._gone_after_stop(), now=anyio.current_time())
+        if not isinstance(read, FollowerError) and not read.has_more:
+            self.progress.caught_up_at = now
+        return self.policy.read(outcome, stopped=self._gone_after_stop(), now=now)
 
     def _end(self, ending: Ending, read: Page | FollowerError) -> None:
         """Carry out the end of following: return, or raise the sentinel or the read's error."""
@@ -409,25 +417,28 @@ class _Follower:
                 extra=self.extra,
             )
 
-    async def _read(self, client: httpx.AsyncClient, cursor: int) -> Page | FollowerError:
-        """One cursor read: its page, or the library's error that it failed with.
+    async def _read(
+        self, client: httpx.AsyncClient, cursor: int, now: float
+    ) -> Page | FollowerError:
+        """One cursor read begun at ``now``: its page, or the library's error that it failed with.
 
         While the loop is behind, the read first waits for one of its slots (``_admission``).
         """
         # Its interval counts from here, a wait for a slot included: a follower that
         # queued is due again as soon as its interval allows, and queues again at
         # the back while the loop is behind, so each is read in turn.
-        self._read_began = now = anyio.current_time()
-        self._read_sent = now
+        self._read_began = self._read_sent = now
         if client.is_closed:
             return self._client_closed()
         try:
-            async with self.admission.slot():
-                self._read_sent = anyio.current_time()
+            slot = self.admission.slot()
+            async with slot:
+                if slot is not AT_ONCE:  # it may have waited for its slot
+                    self._read_sent = anyio.current_time()
                 self.policy.reading(now)
                 self.pacing.read()
                 timeout = self.options.read_timeout_seconds
-                cut_at = cut_for_beat(self.beats, self.stop, timeout)
+                cut_at = cut_for_beat(self.beats, self.stop, timeout, self._read_sent)
                 page = await sent_again_if_cut(
                     self.beats, cut_at, self._read_page, client, cursor, timeout
                 )
@@ -441,8 +452,6 @@ class _Follower:
             if self._first_read_pending:  # the burst it started in may end
                 self._first_read_pending = False
                 self.pacing.first_read_done()
-        if not page.has_more:
-            self.progress.caught_up_at = anyio.current_time()
         return page
 
     def _read_page(

@@ -97,7 +97,7 @@ class _Poller:
 
     async def run(self, client: httpx.AsyncClient, after: int) -> None:
         while True:
-            await beat_if_due(self.beats, self.stop)
+            await beat_if_due(self.beats, self.stop, anyio.current_time())
             try:
                 task = await self._poll(client, history=False)
             except (AgentUnavailableError, PoolBusyError) as exc:
@@ -133,7 +133,7 @@ class _Poller:
         started = anyio.current_time()
         bound = self.options.read_timeout_seconds
         try:
-            cut_at = cut_for_beat(self.beats, self.stop, bound)
+            cut_at = cut_for_beat(self.beats, self.stop, bound, started)
             result = await sent_again_if_cut(
                 self.beats, cut_at, self._call, client, method, params, bound
             )

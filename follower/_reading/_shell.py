@@ -205,11 +205,13 @@ def beats_kept(beats: Beats | None, stop: anyio.Event) -> Beats | None:
     return beats
 
 
-async def beat_if_due(beats: Beats | None, stop: anyio.Event) -> None:
-    """Write the beat due, if one is, before the next read."""
+async def beat_if_due(beats: Beats | None, stop: anyio.Event, now: float) -> float:
+    """Write the beat due at ``now``, if one is, before the next read; the time after it."""
     kept = beats_kept(beats, stop)
-    if kept is not None and anyio.current_time() >= kept.due:
-        await kept.beat()
+    if kept is None or now < kept.due:
+        return now
+    await kept.beat()
+    return anyio.current_time()
 
 
 async def beat_before(beats: Beats | None, stop: anyio.Event, due: float) -> bool:
@@ -230,7 +232,7 @@ async def beat_before(beats: Beats | None, stop: anyio.Event, due: float) -> boo
     return wrote
 
 
-def cut_for_beat(beats: Beats | None, stop: anyio.Event, bound: float) -> float | None:
+def cut_for_beat(beats: Beats | None, stop: anyio.Event, bound: float, now: float) -> float | None:
     """When a read must be cut short, unanswered, for the beat due: a time on the loop's clock.
 
     None when the follower writes no beat, or the read's own ``bound`` comes first. A
@@ -242,7 +244,6 @@ def cut_for_beat(beats: Beats | None, stop: anyio.Event, bound: float) -> float 
     if kept is None:
         return None
     cut_at = kept.late_at()
-    now = anyio.current_time()
     if cut_at <= now:
         kept.to_task()
         return None
