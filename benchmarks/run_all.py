@@ -1,15 +1,14 @@
 """``make bench``: every benchmark in turn, each writing JSON into ``benchmarks/results/``.
 
 Runs ``scale.py``, then ``read_path.py``, ``throughput.py``, ``teardown.py``, ``streams.py``,
-``sse_parse.py``, ``waits.py`` and ``collector_floor.py`` where they exist (each is named as
-missing where it does not), each printing its own tables, then ``summary.py``: every
-target and whether it was met, and ``plots.py``: the figures drawn as SVG images into
-docs/images/benchmarks/. Figures,
-never assertions: a benchmark or a plot that fails makes the exit code non-zero, a
-target missed does not. ``BENCH_QUICK=1`` (or ``--quick``) is a smoke run of each,
-its images drawn into the results folder (``plots/``), so that it never replaces the
-docs' own; ``BENCH_MARKDOWN=1`` (or ``--markdown``) prints the tables as markdown,
-for docs/benchmarks.md.
+``sse_parse.py``, ``waits.py``, ``collector_floor.py`` and ``read_calls.py`` where they exist
+(each is named as missing where it does not), each printing its own tables, then
+``summary.py``: every target and whether it was met, and ``plots.py``: the figures drawn
+as SVG images into docs/images/benchmarks/. Figures, never assertions: a benchmark or a
+plot that fails makes the exit code non-zero, a target missed does not. ``BENCH_QUICK=1``
+(or ``--quick``) is a smoke run of each, its images drawn into the results folder
+(``plots/``), so that it never replaces the docs' own; ``BENCH_MARKDOWN=1`` (or
+``--markdown``) prints the tables as markdown, for docs/benchmarks.md.
 
 Usage: ``python benchmarks/run_all.py [--quick] [--markdown] [--results DIR]
 [--old-python PATH]``; ``make bench`` sets up the venvs and runs it.
@@ -34,6 +33,7 @@ OTHERS = (
     "sse_parse",
     "waits",
     "collector_floor",
+    "read_calls",
 )
 # Those that run the old follower beside ours, given its venv's python as scale.py is.
 OLD_SIDE = ("throughput", "teardown")
