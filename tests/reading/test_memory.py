@@ -1,10 +1,10 @@
 """A follower's memory does not grow with the trajectory it follows (docs/security.md).
 
-One follower reads 1,000,000 small events (1,000 pages of 1,000) from a canned agent
+One follower reads 200,000 small events (200 pages of 1,000) from a canned agent
 and stores them through the chunk sink into a store that keeps nothing. tracemalloc
 counts the memory still held by allocations made in the library's own code (the
-agent and the store are the test's, and excluded), at 100,000 events and at
-1,000,000: nothing the follower keeps may grow with the events it has read.
+agent and the store are the test's, and excluded), at 20,000 events and at
+200,000: nothing the follower keeps may grow with the events it has read.
 """
 
 from __future__ import annotations
@@ -24,12 +24,15 @@ pytestmark = pytest.mark.anyio
 TASK = "t1"
 ENDPOINT = "http://agent.test/ext/trajectory"
 PAGE_EVENTS = 1000
-TOTAL_EVENTS = 1_000_000
-# Held by the library's own allocations at 1 M events, over what it held at 100 k: a
-# follower that kept anything per event (1 M of them) or per page (900 more) shows it.
+TOTAL_EVENTS = 200_000
+# Where the library's memory is first measured; tracing starts a few pages before it.
+FIRST_EVENTS = 20_000
+# Held by the library's own allocations at 200 k events, over what it held at 20 k: a
+# follower that kept anything per event (180,000 more, at 8 bytes a reference at least)
+# or a page per page (180 more; 20 are over the bound already) shows it.
 GROWTH_BOUND_BYTES = 64 * 1024
 # Small integers, which CPython keeps one copy of: decoding them allocates nothing per
-# event, so tracing every allocation for 900,000 events stays affordable.
+# event, so tracing every allocation for 180,000 events stays affordable.
 _EVENTS = json.dumps([i % 200 for i in range(PAGE_EVENTS)], separators=(",", ":"))
 
 
@@ -87,13 +90,13 @@ class Measuring:
 
     async def __call__(self, batch: TrajectoryBatch) -> None:
         await self.sink(batch)
-        if batch.next == 50_000:
+        if batch.next == FIRST_EVENTS // 2:
             tracemalloc.start(6)
-        elif batch.next in (100_000, TOTAL_EVENTS):
+        elif batch.next in (FIRST_EVENTS, TOTAL_EVENTS):
             self.held[batch.next] = library_bytes(tracemalloc.take_snapshot())
 
 
-async def test_a_follower_reading_a_million_events_holds_no_more_memory_than_at_100k() -> None:
+async def test_a_follower_reading_200k_events_holds_no_more_memory_than_at_20k() -> None:
     store = NullStore()
     sink = Measuring(LiveTrajectoryChunks(store, "p/", "turn-1", task_id=TASK))
     try:
@@ -112,12 +115,12 @@ async def test_a_follower_reading_a_million_events_holds_no_more_memory_than_at_
     assert outcome.complete
     assert outcome.events == TOTAL_EVENTS
     assert store.puts == TOTAL_EVENTS // PAGE_EVENTS + 2  # the chunks, task.json, meta.json
-    growth = sink.held[TOTAL_EVENTS] - sink.held[100_000]
+    growth = sink.held[TOTAL_EVENTS] - sink.held[FIRST_EVENTS]
     assert growth < GROWTH_BOUND_BYTES, sink.held
 
 
 def test_the_measure_sees_memory_the_library_keeps() -> None:
-    # Not vacuous: pages kept by library code are counted. Keeping 20 of the 900 pages read
+    # Not vacuous: pages kept by library code are counted. Keeping 20 of the 180 pages read
     # between the two snapshots is over the bound already.
     from follower._format._wire import Page
 
