@@ -14,7 +14,7 @@ before, in a cancel scope (``_shell.wait_or_stop``).
 Cancellation is the backend's own: on asyncio a cancel cancels the future the task
 awaits; on trio the parked task's abort function lets the cancel through. A parked
 wait that ended early (stopped, or cancelled) stays in the heap, marked done, until
-its deadline comes round: nothing has to find it.
+its deadline comes round or no wait is parked: nothing has to find it.
 """
 
 from __future__ import annotations
@@ -34,9 +34,19 @@ if TYPE_CHECKING:
 
 
 class Alarm:
-    """One timer for the parked waits of one event loop (made by :func:`loop_alarm`)."""
+    """One timer for the parked waits of one event loop (made by :func:`loop_alarm`).
 
-    __slots__ = ()
+    It lives in a ``RunVar``, whose value must not refer to its loop (anyio keys the
+    loop's variables weakly by the loop): so once no wait is parked it keeps nothing,
+    no heap entry and no timer, and a run that has ended leaves no loop behind.
+    """
+
+    __slots__ = ("_heap", "_live", "_order")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Any]] = []
+        self._order = itertools.count()  # deadlines that tie never compare what is parked
+        self._live = 0  # waits parked now: the rest of the heap ended early
 
     def park(self, stop: TurnStop, seconds: float) -> Awaitable[None]:
         """Wait ``seconds``, or until ``stop`` is set; the caller checks neither first."""
@@ -46,45 +56,61 @@ class Alarm:
         """End the parked wait ``parked`` (what :meth:`park` gave ``stop``), if it still waits."""
         raise NotImplementedError
 
+    def _left(self) -> None:
+        """A parked wait has ended; the last one to end clears what ended early."""
+        self._live -= 1
+        if not self._live:
+            self._heap.clear()
+            self._idle()
+
+    def _idle(self) -> None:
+        """No wait is parked: drop the timer."""
+
 
 class _AsyncioAlarm(Alarm):
     """Futures in a heap by deadline, and one ``loop.call_at`` for the earliest."""
 
-    __slots__ = ("_heap", "_loop", "_order", "_timer", "_timer_at")
+    __slots__ = ("_timer", "_timer_at")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._heap: list[tuple[float, int, asyncio.Future[None]]] = []
-        self._order = itertools.count()  # deadlines that tie never compare their futures
+    def __init__(self) -> None:
+        super().__init__()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
 
     async def park(self, stop: TurnStop, seconds: float) -> None:
-        loop = self._loop
+        loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
         parked = loop.create_future()
         heapq.heappush(self._heap, (deadline, next(self._order), parked))
+        self._live += 1
         if deadline < self._timer_at:
-            self._set_timer(deadline)
+            self._set_timer(loop, deadline)
         stop._parked = parked
         try:
             await parked
         finally:
             stop._parked = None
+            self._left()
 
     def wake(self, parked: asyncio.Future[None]) -> None:
         if not parked.done():
             parked.set_result(None)
 
-    def _set_timer(self, deadline: float) -> None:
+    def _idle(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = self._loop.call_at(deadline, self._ring)
+        self._timer, self._timer_at = None, math.inf
+
+    def _set_timer(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(deadline, self._ring)
         self._timer_at = deadline
 
     def _ring(self) -> None:
         self._timer, self._timer_at = None, math.inf
-        heap, now = self._heap, self._loop.time()
+        loop = asyncio.get_running_loop()
+        heap, now = self._heap, loop.time()
         while heap:
             deadline, _, parked = heap[0]
             if parked.done():  # stopped or cancelled before its deadline
@@ -93,7 +119,7 @@ class _AsyncioAlarm(Alarm):
                 heapq.heappop(heap)
                 parked.set_result(None)
             else:
-                self._set_timer(deadline)
+                self._set_timer(loop, deadline)
                 return
 
 
@@ -118,15 +144,14 @@ _trio: Any = None
 class _TrioAlarm(Alarm):
     """Parked tasks in a heap by deadline, and a system task asleep until the earliest."""
 
-    __slots__ = ("_heap", "_order", "_scope")
+    __slots__ = ("_scope",)
 
     def __init__(self) -> None:
         global _trio
         import trio
 
         _trio = trio
-        self._heap: list[tuple[float, int, _TrioParked]] = []
-        self._order = itertools.count()
+        super().__init__()
         self._scope: Any = None  # the ticker's sleep, whose deadline is the earliest
         # A system task: it belongs to the run, not to any step, and ends with the run.
         trio.lowlevel.spawn_system_task(self._tick, name="follower's alarm")
@@ -136,6 +161,7 @@ class _TrioAlarm(Alarm):
         deadline = _trio.current_time() + seconds
         parked = _TrioParked(lowlevel.current_task())
         heapq.heappush(self._heap, (deadline, next(self._order), parked))
+        self._live += 1
         scope = self._scope
         if scope is not None and deadline < scope.deadline:
             scope.deadline = deadline
@@ -144,21 +170,29 @@ class _TrioAlarm(Alarm):
             await lowlevel.wait_task_rescheduled(parked.abort)
         finally:
             stop._parked = None
+            self._left()
 
     def wake(self, parked: _TrioParked) -> None:
         if not parked.done:
             parked.done = True
             _trio.lowlevel.reschedule(parked.task)
 
+    def _idle(self) -> None:
+        if self._scope is not None:
+            self._scope.deadline = math.inf
+
     async def _tick(self) -> None:
         trio = _trio
-        while True:
-            with trio.CancelScope(deadline=self._earliest()) as self._scope:
-                await trio.sleep_forever()
-            self._scope = None
-            heap, now = self._heap, trio.current_time()
-            while heap and heap[0][0] <= now:
-                self.wake(heapq.heappop(heap)[2])
+        try:
+            while True:
+                with trio.CancelScope(deadline=self._earliest()) as self._scope:
+                    await trio.sleep_forever()
+                self._scope = None
+                heap, now = self._heap, trio.current_time()
+                while heap and heap[0][0] <= now:
+                    self.wake(heapq.heappop(heap)[2])
+        finally:
+            self._scope = None  # the run ends: its scope is no alarm's to keep
 
     def _earliest(self) -> float:
         heap = self._heap
@@ -175,7 +209,7 @@ def loop_alarm() -> Alarm:
     try:
         return _run_alarm.get()
     except LookupError:
-        alarm: Alarm = _TrioAlarm() if _in_trio_run() else _AsyncioAlarm(asyncio.get_running_loop())
+        alarm: Alarm = _TrioAlarm() if _in_trio_run() else _AsyncioAlarm()
         _run_alarm.set(alarm)
         return alarm
 

@@ -9,7 +9,9 @@ exact and no test depends on how busy the machine is.
 
 from __future__ import annotations
 
+import gc
 import math
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -272,3 +274,31 @@ def test_a_turn_stop_is_an_anyio_event() -> None:
     assert isinstance(stop, anyio.Event)
     assert not stop.is_set()
     assert stop.statistics().tasks_waiting == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_run_that_has_ended_leaves_no_loop_behind(backend: str) -> None:
+    # anyio keys a loop's run variables weakly by the loop: an alarm that still held
+    # its waits' futures (or tasks) and timer would keep every ended run's loop alive.
+    async def one_run() -> weakref.ref[object]:
+        native = _native_token(backend)  # what anyio keys the run's variables by
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(wait_or_stop, TurnStop(), 60.0)
+            await wait_or_stop(TurnStop(), 1.0)  # the others are parked meanwhile
+            tg.cancel_scope.cancel()
+        return weakref.ref(native)
+
+    ended = anyio.run(one_run, backend=backend, backend_options=virtual_clock(backend))
+    gc.collect()
+    assert ended() is None
+
+
+def _native_token(backend: str) -> object:
+    if backend == "trio":
+        import trio.lowlevel
+
+        return trio.lowlevel.current_trio_token()
+    import asyncio
+
+    return asyncio.get_running_loop()
