@@ -24,6 +24,7 @@ import heapq
 import itertools
 import math
 import sys
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -41,15 +42,22 @@ class Alarm:
     no heap entry and no timer, and a run that has ended leaves no loop behind.
     """
 
-    __slots__ = ("_heap", "_live", "_order")
+    __slots__ = ("_heap", "_live", "_order", "_run")
 
-    def __init__(self) -> None:
+    def __init__(self, run: object) -> None:
+        # The run's own token (asyncio's loop, trio's token), weakly: what says which
+        # run's alarm this is, to a stop that kept it from an earlier wait.
+        self._run = weakref.ref(run)
         self._heap: list[tuple[float, int, Any]] = []
         self._order = itertools.count()  # deadlines that tie never compare what is parked
         self._live = 0  # waits parked now: the rest of the heap ended early
 
     def park(self, stop: TurnStop, seconds: float) -> Awaitable[None]:
         """Wait ``seconds``, or until ``stop`` is set; the caller checks neither first."""
+        raise NotImplementedError
+
+    def is_current(self) -> bool:
+        """Whether this is the running loop's alarm."""
         raise NotImplementedError
 
     def wake(self, parked: Any) -> None:
@@ -72,21 +80,21 @@ class _AsyncioAlarm(Alarm):
 
     __slots__ = ("_timer", "_timer_at")
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
 
     async def park(self, stop: TurnStop, seconds: float) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        parked = loop.create_future()
-        heapq.heappush(self._heap, (deadline, next(self._order), parked))
         self._live += 1
-        if deadline < self._timer_at:
-            self._set_timer(loop, deadline)
-        stop._parked = parked
         try:
+            deadline = loop.time() + seconds
+            parked = loop.create_future()
+            heapq.heappush(self._heap, (deadline, next(self._order), parked))
+            if deadline < self._timer_at:
+                self._set_timer(loop, deadline)
+            stop._parked = parked
             await parked
         finally:
             stop._parked = None
@@ -95,6 +103,12 @@ class _AsyncioAlarm(Alarm):
     def wake(self, parked: asyncio.Future[None]) -> None:
         if not parked.done():
             parked.set_result(None)
+
+    def is_current(self) -> bool:
+        try:
+            return asyncio.get_running_loop() is self._run()
+        except RuntimeError:  # no asyncio loop runs here
+            return False
 
     def _idle(self) -> None:
         if self._timer is not None:
@@ -108,6 +122,9 @@ class _AsyncioAlarm(Alarm):
         self._timer_at = deadline
 
     def _ring(self) -> None:
+        # Never a wait ended before its deadline on the loop's clock, though a loop may fire
+        # a timer a little early (uvloop's are milliseconds; then it is set again, as
+        # anyio's own deadlines are): a caller that finds time left waits again.
         self._timer, self._timer_at = None, math.inf
         loop = asyncio.get_running_loop()
         heap, now = self._heap, loop.time()
@@ -134,6 +151,7 @@ class _TrioParked:
 
     def abort(self, raise_cancel: Any) -> Any:
         self.done = True  # a cancel ends the wait: the deadline or stop must not wake it again
+        self.task = None  # what stays in the heap until its deadline keeps no task
         return _trio.lowlevel.Abort.SUCCEEDED
 
 
@@ -146,27 +164,27 @@ class _TrioAlarm(Alarm):
 
     __slots__ = ("_scope",)
 
-    def __init__(self) -> None:
+    def __init__(self, token: object) -> None:
         global _trio
         import trio
 
         _trio = trio
-        super().__init__()
+        super().__init__(token)
         self._scope: Any = None  # the ticker's sleep, whose deadline is the earliest
         # A system task: it belongs to the run, not to any step, and ends with the run.
         trio.lowlevel.spawn_system_task(self._tick, name="follower's alarm")
 
     async def park(self, stop: TurnStop, seconds: float) -> None:
         lowlevel = _trio.lowlevel
-        deadline = _trio.current_time() + seconds
-        parked = _TrioParked(lowlevel.current_task())
-        heapq.heappush(self._heap, (deadline, next(self._order), parked))
         self._live += 1
-        scope = self._scope
-        if scope is not None and deadline < scope.deadline:
-            scope.deadline = deadline
-        stop._parked = parked
         try:
+            deadline = _trio.current_time() + seconds
+            parked = _TrioParked(lowlevel.current_task())
+            heapq.heappush(self._heap, (deadline, next(self._order), parked))
+            scope = self._scope
+            if scope is not None and deadline < scope.deadline:
+                scope.deadline = deadline
+            stop._parked = parked
             await lowlevel.wait_task_rescheduled(parked.abort)
         finally:
             stop._parked = None
@@ -175,7 +193,14 @@ class _TrioAlarm(Alarm):
     def wake(self, parked: _TrioParked) -> None:
         if not parked.done:
             parked.done = True
-            _trio.lowlevel.reschedule(parked.task)
+            task, parked.task = parked.task, None
+            _trio.lowlevel.reschedule(task)
+
+    def is_current(self) -> bool:
+        try:
+            return bool(_trio.lowlevel.current_trio_token() is self._run())
+        except RuntimeError:  # no trio run here
+            return False
 
     def _idle(self) -> None:
         if self._scope is not None:
@@ -209,14 +234,17 @@ def loop_alarm() -> Alarm:
     try:
         return _run_alarm.get()
     except LookupError:
-        alarm: Alarm = _TrioAlarm() if _in_trio_run() else _AsyncioAlarm()
+        # What anyio keys the run's variables by: the asyncio loop or trio's token (an
+        # asyncio task in a loop that hosts a trio guest run is asyncio's, as anyio says).
+        native: Any = anyio.lowlevel.current_token().native_token
+        trio = sys.modules.get("trio")  # never imported: not trio's run
+        alarm: Alarm
+        if trio is not None and isinstance(native, trio.lowlevel.TrioToken):
+            alarm = _TrioAlarm(native)
+        else:
+            alarm = _AsyncioAlarm(native)
         _run_alarm.set(alarm)
         return alarm
-
-
-def _in_trio_run() -> bool:
-    trio = sys.modules.get("trio")  # never imported: not trio's run
-    return trio is not None and bool(trio.lowlevel.in_trio_run())
 
 
 class TurnStop(anyio.Event):
@@ -276,7 +304,7 @@ class TurnStop(anyio.Event):
                 await self.wait()
         else:
             alarm = self._alarm
-            if alarm is None:
+            if alarm is None or not alarm.is_current():  # a stop made in another run
                 alarm = self._alarm = loop_alarm()
             await alarm.park(self, seconds)
         # After a wait wakes, a pending cancel goes first (the 3.11 lesson).
