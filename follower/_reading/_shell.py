@@ -27,6 +27,7 @@ from .._format._wire import MAX_PAGE_EVENTS, TrajectoryBatch
 from .._http._clients import ClientLease
 from .._http._exchange import CutShort
 from .._retries import FailureStreak, backoff_fraction, failure_reason
+from ._keeper import TurnStop
 from ._record import FollowProgress
 
 if TYPE_CHECKING:
@@ -187,8 +188,18 @@ async def store_events(
     progress.caught_up_at = anyio.current_time()
 
 
-async def wait_or_stop(stop: anyio.Event, seconds: float) -> None:
-    """Wait ``seconds``, or until ``stop`` is set; a cancel pending then goes first."""
+def wait_or_stop(stop: anyio.Event, seconds: float) -> Awaitable[None]:
+    """Wait ``seconds``, or until ``stop`` is set; a cancel pending then goes first.
+
+    A turn's own stop parks the wait on the loop's timekeeper (``_keeper``); any other
+    event (a caller's, given to ``follow_trajectory``) is waited on in a cancel scope.
+    """
+    if type(stop) is TurnStop:
+        return stop.wait_or_set(seconds)
+    return _wait_in_scope(stop, seconds)
+
+
+async def _wait_in_scope(stop: anyio.Event, seconds: float) -> None:
     with anyio.move_on_after(seconds):
         await stop.wait()
     # After a wait wakes, a pending cancel goes first (the 3.11 lesson).

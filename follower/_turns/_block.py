@@ -23,6 +23,7 @@ from .._errors import AgentError, ClientClosedError, StoreError
 from .._format._layout import TurnKeys
 from .._format._wire import TrajectoryState
 from .._public import NoPublicConstructor
+from .._reading._keeper import TurnStop
 from .._reading._record import FollowProgress
 from .._reading._ways import FOLLOWERS
 from .._retries import failure_reason
@@ -138,7 +139,7 @@ class _TurnBlock:
     progress: FollowProgress = attrs.field(factory=FollowProgress, init=False)
     _sink: LiveTrajectoryChunks | None = attrs.field(default=None, init=False)
     _beats: TurnBeats | None = attrs.field(default=None, init=False)
-    _stop: anyio.Event = attrs.field(factory=anyio.Event, init=False)
+    _stop: TurnStop = attrs.field(factory=TurnStop, init=False)
     # The follower and the beats' task (if it runs), which a drain waits for.
     _running: _Running = attrs.field(factory=lambda: _Running(), init=False)
     _tg: anyio.abc.TaskGroup | None = attrs.field(default=None, init=False)
