@@ -5,20 +5,19 @@ loop makes 5,000 waits a second, and what one costs is paid 5,000 times. N tasks
 (default 1,000) each wait ``--waits`` times for deadlines ``--interval`` apart, their
 first deadlines spread over the interval as a loop's followers' are, in three ways:
 
-- ``library``: the library's wait (``follower._reading._shell.wait_or_stop``): a
-  cancel scope with the deadline around the turn's stop event, which the deadline
-  ends by cancelling the wait; setting stop ends it at once;
+- ``timekeeper``: the library's wait with a turn's own stop (``follower._reading._keeper``):
+  the waiting task parks on an event of its own in the loop's heap of waits, one of
+  the parked tasks in turn sleeps until the earliest deadline and wakes every wait due,
+  and setting stop wakes the task at once;
+- ``scope``: the library's wait with a caller's event (``follow_trajectory(stop=)``),
+  and every wait's before the timekeeper: a cancel scope with the deadline around the
+  event, which the deadline ends by cancelling the wait;
 - ``sleep``: ``anyio.sleep_until``: a timer each and no way to end early (stop would
-  not wake it): the floor of a loop with a task and a timer for each follower;
-- ``timekeeper``: a sketch of one timer for all of a loop's waits: each waiting task
-  parks on an event of its own in a heap by deadline, and the one whose turn it is
-  sleeps until the earliest deadline and releases every waiter due; leaving, it passes
-  its turn to another waiter. What a per-loop read scheduler could save; the library
-  does not wait this way.
+  not wake it): the floor of a loop with a task and a timer for each follower.
 
 Each figure is the process's CPU (``time.process_time()``) over the waits, per wait,
 the median of ``--repeats`` runs, on asyncio and trio; ratios are against
-``library`` on the same backend, in the same run. Figures, never assertions.
+``scope`` on the same backend, in the same run. Figures, never assertions.
 
 Usage: ``python benchmarks/waits.py [--tasks 1000] [--waits 20] [--interval 0.05]
 [--repeats 3] [--quick] [--json PATH]``.
@@ -27,8 +26,6 @@ Usage: ``python benchmarks/waits.py [--tasks 1000] [--waits 20] [--interval 0.05
 from __future__ import annotations
 
 import argparse
-import heapq
-import itertools
 import json
 import random
 import statistics
@@ -40,58 +37,27 @@ from typing import Any
 import anyio
 from _measure import machine, run_about
 
+from follower._reading._keeper import TurnStop
 from follower._reading._shell import wait_or_stop
 
 BACKENDS = ("asyncio", "trio")
-
-
-class Timekeeper:
-    """One timer for all of a loop's waits (a sketch: no stop, nothing else)."""
-
-    def __init__(self) -> None:
-        # Entries: [due, order, event, released]; a list, so that the ticker can mark one.
-        self._heap: list[list[Any]] = []
-        self._order = itertools.count()
-        self._ticking = False
-
-    async def wait_until(self, due: float) -> None:
-        entry = [due, next(self._order), anyio.Event(), False]
-        heapq.heappush(self._heap, entry)
-        while True:
-            if not self._ticking:
-                await self._tick(entry)
-                return
-            await entry[2].wait()
-            if entry[3]:
-                return
-            entry[2] = anyio.Event()  # woken to tick: it is this waiter's turn
-
-    async def _tick(self, entry: list[Any]) -> None:
-        self._ticking = True
-        try:
-            while True:
-                now = anyio.current_time()
-                while self._heap and self._heap[0][0] <= now:
-                    due = heapq.heappop(self._heap)
-                    due[3] = True
-                    if due is not entry:
-                        due[2].set()
-                if entry[3]:
-                    return
-                await anyio.sleep_until(self._heap[0][0])
-        finally:
-            self._ticking = False
-            if self._heap:  # the heap's last leaf: a late deadline, so a long turn
-                self._heap[-1][2].set()
 
 
 Way = Callable[[float], Awaitable[None]]
 
 
 def ways() -> dict[str, Callable[[], Way]]:
-    """Each way, made afresh for a run (on that run's event loop)."""
+    """Each way, made afresh for each waiting task (on that run's event loop)."""
 
-    def library() -> Way:
+    def timekeeper() -> Way:
+        stop = TurnStop()
+
+        async def wait(due: float) -> None:
+            await wait_or_stop(stop, due - anyio.current_time())
+
+        return wait
+
+    def scope() -> Way:
         stop = anyio.Event()
 
         async def wait(due: float) -> None:
@@ -102,18 +68,15 @@ def ways() -> dict[str, Callable[[], Way]]:
     def sleep() -> Way:
         return anyio.sleep_until
 
-    def timekeeper() -> Way:
-        return Timekeeper().wait_until
-
-    return {"library": library, "sleep": sleep, "timekeeper": timekeeper}
+    return {"timekeeper": timekeeper, "scope": scope, "sleep": sleep}
 
 
 async def one_run(make: Callable[[], Way], tasks: int, waits: int, interval: float) -> float:
     """CPU µs per wait of ``tasks`` tasks waiting ``waits`` times each."""
-    wait = make()
     spread = random.Random(0)
 
     async def waiter(first: float) -> None:
+        wait = make()  # a wait of its own, as each follower has its turn's stop
         due = anyio.current_time() + first
         for _ in range(waits):
             await wait(due)
@@ -132,9 +95,11 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         runs: dict[str, list[float]] = {name: [] for name in ways()}
         for _ in range(args.repeats):  # the ways alternate, so drift falls on each
             for name, make in ways().items():
-                cpu = anyio.run(one_run, make, args.tasks, args.waits, args.interval, backend=backend)
+                cpu = anyio.run(
+                    one_run, make, args.tasks, args.waits, args.interval, backend=backend
+                )
                 runs[name].append(cpu)
-        library = statistics.median(runs["library"])
+        scope = statistics.median(runs["scope"])
         for name, figures in runs.items():
             median = statistics.median(figures)
             rows.append(
@@ -143,7 +108,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "way": name,
                     "cpu_us_per_wait": median,
                     "runs": figures,
-                    "vs_library": median / library,
+                    "vs_scope": median / scope,
                 }
             )
     return rows
@@ -155,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--waits", type=int, default=20, help="waits a task (default 20)")
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between deadlines")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each way (default 3)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 50 tasks, 5 waits, 1 run")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: 50 tasks, 5 waits, 1 run"
+    )
     parser.add_argument("--json", metavar="PATH", help="write the figures here")
     args = parser.parse_args(argv)
     if args.quick:
@@ -165,11 +132,11 @@ def main(argv: list[str] | None = None) -> int:
         f"apart, median of {args.repeats} run(s); CPU µs per wait"
     )
     rows = measure(args)
-    print(f"\n{'backend':8} {'way':11} {'µs/wait':>8} {'vs library':>11}")
+    print(f"\n{'backend':8} {'way':11} {'µs/wait':>8} {'vs scope':>9}")
     for row in rows:
         print(
             f"{row['backend']:8} {row['way']:11} {row['cpu_us_per_wait']:8.1f} "
-            f"{row['vs_library']:10.2f}x"
+            f"{row['vs_scope']:8.2f}x"
         )
     if args.json:
         with open(args.json, "w") as out:

@@ -213,12 +213,12 @@ def test_waits_quick_measures_every_way_on_both_backends(tmp_path: Path) -> None
     out = tmp_path / "waits.json"
     printed = run("waits.py", "--quick", "--json", str(out))
     results = json.loads(out.read_text())["results"]
-    ways = ("library", "sleep", "timekeeper")
+    ways = ("timekeeper", "scope", "sleep")
     assert {(r["backend"], r["way"]) for r in results} == {
         (backend, way) for backend in ("asyncio", "trio") for way in ways
     }
     assert all(r["cpu_us_per_wait"] > 0 for r in results)
-    assert "timekeeper" in printed
+    assert "vs scope" in printed
 
 
 def test_collector_floor_quick_measures_every_shape_beneath_the_turn(tmp_path: Path) -> None:
