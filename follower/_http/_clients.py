@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, final
 from urllib.request import getproxies
 
 import anyio
-import anyio.lowlevel
 import anyio.to_thread
 import attrs
 import httpx
 
+from .._loop_local import LoopLocal
 from .._redact import hide, hiding, secrets_of, unhide
 from ._agent_client import AgentClient
 from ._transport import AgentTransport
@@ -160,17 +160,8 @@ class ClientPool:
         return AgentClient(AgentTransport(ssl_context=context), follow_redirects=False)
 
 
-_run_pool: anyio.lowlevel.RunVar[ClientPool] = anyio.lowlevel.RunVar("follower_client_pool")
-
-
-def client_pool() -> ClientPool:
-    """The clients shared by every follower of this event loop."""
-    try:
-        return _run_pool.get()
-    except LookupError:
-        pool = ClientPool()
-        _run_pool.set(pool)
-        return pool
+client_pool = LoopLocal("follower_client_pool", ClientPool).get
+"""The clients shared by every follower of this event loop."""
 
 
 @final

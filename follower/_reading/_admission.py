@@ -35,7 +35,8 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, final
 
 import anyio
-import anyio.lowlevel
+
+from .._loop_local import LoopLocal
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -139,16 +140,5 @@ class ReadAdmission:
         return self._slots.statistics().tasks_waiting
 
 
-_run_admission: anyio.lowlevel.RunVar[ReadAdmission] = anyio.lowlevel.RunVar(
-    "follower_read_admission"
-)
-
-
-def loop_admission() -> ReadAdmission:
-    """The slots for late reads of this event loop's followers."""
-    try:
-        return _run_admission.get()
-    except LookupError:
-        admission = ReadAdmission()
-        _run_admission.set(admission)
-        return admission
+loop_admission = LoopLocal("follower_read_admission", ReadAdmission).get
+"""The slots for late reads of this event loop's followers."""

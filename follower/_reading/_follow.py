@@ -32,6 +32,7 @@ from .._errors import (
     TaskNotFoundError,
 )
 from .._http._exchange import checked_endpoint, read_page
+from .._loop_local import LoopLocal
 from .._options import (
     DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_PAGE_BYTES,
@@ -167,17 +168,8 @@ def follow_task(
     )
 
 
-_run_pacing: anyio.lowlevel.RunVar[LoopPacing] = anyio.lowlevel.RunVar("follower_loop_pacing")
-
-
-def loop_pacing() -> LoopPacing:
-    """The pacing of every follower of this event loop (``_pacing``)."""
-    try:
-        return _run_pacing.get()
-    except LookupError:
-        pacing = LoopPacing()
-        _run_pacing.set(pacing)
-        return pacing
+loop_pacing = LoopLocal("follower_loop_pacing", LoopPacing).get
+"""The pacing of every follower of this event loop (``_pacing``)."""
 
 
 def _draw() -> float:

@@ -28,6 +28,8 @@ import math
 import anyio
 import anyio.lowlevel
 
+from .._loop_local import LoopLocal
+
 # What ended a parked wait (``_Parked.ended``).
 _WAITING, _DUE, _STOPPED, _LEFT = 0, 1, 2, 3
 
@@ -150,17 +152,8 @@ async def _sleep_until(deadline: float) -> None:
     await anyio.sleep(0 if delay <= 0 else max(delay, _TICK))
 
 
-_run_timekeeper: anyio.lowlevel.RunVar[Timekeeper] = anyio.lowlevel.RunVar("follower_timekeeper")
-
-
-def loop_timekeeper() -> Timekeeper:
-    """This event loop's timekeeper, made at its first wait."""
-    try:
-        return _run_timekeeper.get()
-    except LookupError:
-        keeper = Timekeeper()
-        _run_timekeeper.set(keeper)
-        return keeper
+loop_timekeeper = LoopLocal("follower_timekeeper", Timekeeper).get
+"""This event loop's timekeeper, made at its first wait."""
 
 
 class TurnStop(anyio.Event):
