@@ -30,18 +30,15 @@ import anyio.lowlevel
 
 from .._loop_local import LoopLocal
 
-# What ended a parked wait (``_Parked.ended``).
-_WAITING, _DUE, _STOPPED, _LEFT = 0, 1, 2, 3
-
 
 class _Parked:
-    """One parked wait: its event, how it ended, and whether it is handed the keeper's turn."""
+    """One parked wait: its event, whether it has ended, and whether it is to keep the time."""
 
     __slots__ = ("ended", "turn", "wake")
 
     def __init__(self) -> None:
         self.wake = anyio.Event()
-        self.ended = _WAITING
+        self.ended = False  # due, stopped or cancelled: the keeper wakes it no more
         self.turn = False  # handed the keeper's turn, and not yet keeping it
 
 
@@ -85,8 +82,7 @@ class Timekeeper:
                 parked.wake = anyio.Event()
                 await self._keep(parked)
         finally:
-            if parked.ended == _WAITING:  # cancelled
-                parked.ended = _LEFT
+            parked.ended = True  # a cancelled wait has not been marked yet
             stop._parked = stop._keeper = None
             if self._keeper is parked:  # however its wait ended, its turn goes on
                 self._scope, self._aim = None, -math.inf
@@ -111,7 +107,7 @@ class Timekeeper:
                     while heap and heap[0][0] <= now:
                         due = heapq.heappop(heap)[2]
                         if not due.ended:
-                            due.ended = _DUE
+                            due.ended = True
                             due.wake.set()
             # Cancelled to re-aim (an earlier deadline), or by the keeper's own stop.
 
@@ -129,7 +125,7 @@ class Timekeeper:
         """End the parked wait ``parked`` (its turn's stop is set), if it still waits."""
         if parked.ended:
             return
-        parked.ended = _STOPPED
+        parked.ended = True
         parked.wake.set()
         if self._keeper is parked and self._scope is not None:
             self._scope.cancel()

@@ -22,10 +22,10 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.from_thread
 import anyio.lowlevel
 import attrs
 import pytest
-import sniffio
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -434,16 +434,11 @@ def fails_after_real_seconds(seconds: float) -> Iterator[None]:
     A virtual clock moves only when the loop would block, so its own deadlines never
     come to a loop that spins; a thread's timer cancels the block instead.
     """
-    if sniffio.current_async_library() == "trio":
-        import trio.lowlevel
-
-        call_soon = trio.lowlevel.current_trio_token().run_sync_soon
-    else:
-        import asyncio
-
-        call_soon = asyncio.get_running_loop().call_soon_threadsafe
+    token = anyio.lowlevel.current_token()  # as the library's own threads call back (``_threads``)
     with anyio.CancelScope() as scope:
-        timer = threading.Timer(seconds, call_soon, (scope.cancel,))
+        timer = threading.Timer(
+            seconds, anyio.from_thread.run_sync, (scope.cancel,), {"token": token}
+        )
         timer.start()
         try:
             yield
@@ -545,7 +540,9 @@ def test_a_run_that_has_ended_leaves_no_loop_behind(backend: str) -> None:
     # its waits' events (bound to the loop) or its keeper's scope would keep every ended
     # run's loop alive.
     async def one_run() -> weakref.ref[object]:
-        native = _native_token(backend)  # what anyio keys the run's variables by
+        native = (
+            anyio.lowlevel.current_token().native_token
+        )  # what anyio keys the run's variables by
         async with anyio.create_task_group() as tg:
             for _ in range(3):
                 tg.start_soon(wait_or_stop, TurnStop(), 60.0)
@@ -556,13 +553,3 @@ def test_a_run_that_has_ended_leaves_no_loop_behind(backend: str) -> None:
     ended = anyio.run(one_run, backend=backend, backend_options=virtual_clock(backend))
     gc.collect()
     assert ended() is None
-
-
-def _native_token(backend: str) -> object:
-    if backend == "trio":
-        import trio.lowlevel
-
-        return trio.lowlevel.current_trio_token()
-    import asyncio
-
-    return asyncio.get_running_loop()
