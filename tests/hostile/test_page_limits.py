@@ -278,12 +278,16 @@ async def test_a_hostile_page_at_the_cap_is_refused_off_the_loop_and_never_decod
     decodes: list[int] = []
     judge, decode = Page.from_json, _wire.loads_strict_json
 
-    def judging(*args: Any, **kwargs: Any) -> Page:
-        judged_in.append(threading.current_thread())
-        return judge(*args, **kwargs)
+    # Only this body counts: a worker thread another test abandoned (a deadline that ended
+    # its read mid-decode) may still be decoding its own page while this test runs.
+    def judging(document: bytes | str, *args: Any, **kwargs: Any) -> Page:
+        if len(document) == len(body):
+            judged_in.append(threading.current_thread())
+        return judge(document, *args, **kwargs)
 
     def decoding(document: bytes | str) -> Any:
-        decodes.append(len(document))
+        if len(document) == len(body):
+            decodes.append(len(document))
         return decode(document)
 
     monkeypatch.setattr(Page, "from_json", judging)
