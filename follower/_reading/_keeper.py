@@ -12,7 +12,8 @@ another parked wait. Setting a turn's :class:`TurnStop` sets its parked wait's e
 Everything is anyio's own (an event, a sleep, a cancel scope), so cancellation is the
 backend's: a parked follower that is cancelled leaves its event, and one that keeps
 the time leaves its sleep. A wait that ended early (stopped, or cancelled) stays in
-the heap, marked, until it comes to the top or no wait is parked: nothing has to find it.
+the heap, marked, until it comes to the top, no wait is parked, or the ended outnumber
+the parked (then they are swept out together): nothing has to find it.
 
 Only the library's own stop can end a parked wait: a caller's ``anyio.Event``, given to
 ``follow_trajectory``, tells nobody when it is set, so a follower of one waits as
@@ -90,6 +91,8 @@ class Timekeeper:
             self._live -= 1
             if not self._live:
                 self._heap.clear()
+            elif len(self._heap) > 2 * self._live + _SWEEP_SLACK:
+                self._sweep()
 
     async def _keep(self, keeper: _Parked) -> None:
         """Keep the time until ``keeper``'s own wait ends."""
@@ -121,6 +124,20 @@ class Timekeeper:
                 parked.wake.set()
                 return
 
+    def _sweep(self) -> None:
+        """Drop the waits that ended early, once they outnumber the parked ones.
+
+        Turns that end while their followers wait (a stop, a cancel) leave their entries
+        behind until each would have come due: with long polls and many turns ending, the
+        heap would carry far more of them than live waits. Swept in place (the keeper
+        holds the list) when they are more than the live ones, so each costs O(1) over time.
+        The keeper's aim may now be an entry swept away: it wakes then, finds nothing
+        due, and sleeps on to the new earliest deadline.
+        """
+        heap = self._heap
+        heap[:] = [entry for entry in heap if not entry[2].ended]
+        heapq.heapify(heap)
+
     def stop(self, parked: _Parked) -> None:
         """End the parked wait ``parked`` (its turn's stop is set), if it still waits."""
         if parked.ended:
@@ -130,6 +147,10 @@ class Timekeeper:
         if self._keeper is parked and self._scope is not None:
             self._scope.cancel()
 
+
+# Ended waits the heap may carry beyond as many as the live ones before it is swept: a
+# few turns ending among few followers never pay for a sweep.
+_SWEEP_SLACK = 64
 
 # Less than any loop's clock can tell: a timer set sooner than its resolution rings at
 # once (asyncio's, 1 ns), without the loop's clock moving on.

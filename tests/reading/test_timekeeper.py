@@ -169,15 +169,31 @@ async def run_waits(
                         scopes[len(plan) + n].cancel()
 
 
-def check_plan(backend: str, plan: list[Wait], in_order: bool = False) -> None:
-    ends = anyio.run(
-        run_plan, plan, in_order, backend=backend, backend_options=virtual_clock(backend)
-    )
+def check_plan(
+    backend: str, plan: list[Wait], in_order: bool = False, sweep_eagerly: bool = False
+) -> None:
+    """``sweep_eagerly``: the ended waits are swept from the heap as soon as they outnumber
+    the parked ones, as at thousands of followers, rather than past a slack few plans reach."""
+    with sweeping_beyond(0 if sweep_eagerly else _keeper._SWEEP_SLACK):
+        ends = anyio.run(
+            run_plan, plan, in_order, backend=backend, backend_options=virtual_clock(backend)
+        )
     expected = [wait.expected() for wait in plan]
     expected += [wait.expected() for wait in plan if wait.second_waiter]
     assert len(ends) == len(expected)
     for got, allowed in zip(ends, expected, strict=True):
         assert _exact(got) in {_exact(way) for way in allowed}, (backend, plan, ends)
+
+
+@contextlib.contextmanager
+def sweeping_beyond(slack: int) -> Iterator[None]:
+    """The timekeeper sweeps its ended waits once they pass the parked ones by ``slack``."""
+    was = _keeper._SWEEP_SLACK
+    _keeper._SWEEP_SLACK = slack
+    try:
+        yield
+    finally:
+        _keeper._SWEEP_SLACK = was
 
 
 def _exact(ends: tuple[End, ...]) -> tuple[End, ...]:
@@ -193,11 +209,11 @@ def _on_eighths(at: float) -> float:
 @pytest.mark.parametrize("backend", BACKENDS)
 @property_settings(400, shared=True)
 @share_seed
-@given(plan=st.lists(waits, min_size=1, max_size=8))
+@given(plan=st.lists(waits, min_size=1, max_size=8), sweep_eagerly=st.booleans())
 def test_each_wait_ends_at_its_deadline_its_stop_or_its_cancel_whichever_is_first(
-    backend: str, plan: list[Wait]
+    backend: str, plan: list[Wait], sweep_eagerly: bool
 ) -> None:
-    check_plan(backend, plan)
+    check_plan(backend, plan, sweep_eagerly=sweep_eagerly)
 
 
 # A stop and a cancel in one step of the loop, the stop first: the waiting task is
@@ -315,6 +331,46 @@ async def test_waits_cancelled_before_their_deadlines_leave_the_timekeeper_servi
         await wait_or_stop(TurnStop(), 40.0)
         assert anyio.current_time() - began == pytest.approx(43.0, abs=1e-6)
     assert woke == pytest.approx([100.0], abs=1e-6)
+
+
+@pytest.mark.anyio
+async def test_waits_ended_early_are_swept_once_they_outnumber_the_parked_ones() -> None:
+    # Turns that end while their followers wait (stopped, or cancelled) leave their
+    # entries in the heap until each would have come due. Rounds of turns ending among
+    # long waits must not grow it without bound, and the sweep must lose no live wait,
+    # the one keeping the time included.
+    timekeeper = _keeper.loop_timekeeper()
+    began = anyio.current_time()
+    woke: list[float] = []
+    live, rounds, turns = 10, 20, 50
+
+    async def long_wait(seconds: float) -> None:
+        await wait_or_stop(TurnStop(), seconds)
+        woke.append(anyio.current_time() - began)
+
+    largest = 0
+    with anyio.fail_after(600):  # virtual
+        async with anyio.create_task_group() as outer:
+            for n in range(live):
+                outer.start_soon(long_wait, 100.0 + n)
+            await anyio.lowlevel.checkpoint()
+            for _ in range(rounds):
+                stops = [TurnStop() for _ in range(turns)]
+                async with anyio.create_task_group() as tg:
+                    for stop in stops:
+                        tg.start_soon(wait_or_stop, stop, 60.0)
+                    await anyio.sleep(0.5)
+                    for stop in stops[: turns // 2]:
+                        stop.set()
+                    tg.cancel_scope.cancel()
+                largest = max(largest, len(timekeeper._heap))
+            # A wait parked after the sweeps is served on time, by the same keeper.
+            waited_from = anyio.current_time()
+            await wait_or_stop(TurnStop(), 5.0)
+            assert anyio.current_time() - waited_from == pytest.approx(5.0, abs=1e-6)
+    assert woke == pytest.approx([100.0 + n for n in range(live)], abs=1e-6)
+    # Unswept, the heap would hold every ended wait: live + rounds * turns = 1,010.
+    assert largest <= 2 * live + _keeper._SWEEP_SLACK, largest
 
 
 @pytest.mark.anyio
