@@ -296,7 +296,7 @@ class _Follower:
             if isinstance(action, End):
                 self._end(action.ending, read)
                 return
-            due, until_stop, scheduled = self._next_read(action, read, read_started)
+            due, until_stop, scheduled = self._next_read(action, read, read_started, answered)
             del read, action
 
     def _woke(self, due: float, delay_from: float) -> float:
@@ -374,13 +374,16 @@ class _Follower:
             raise read
 
     def _next_read(
-        self, action: Action, read: Page | FollowerError, read_started: float
+        self, action: Action, read: Page | FollowerError, read_started: float, answered: float
     ) -> tuple[float, bool, bool]:
         """Log what the wait is for: when the next read is due, whether stop ends the
-        wait, and whether the read was scheduled (False: at once, after a checkpoint)."""
-        now = anyio.current_time()
+        wait, and whether the read was scheduled (False: at once, after a checkpoint).
+
+        The clock is read only for a wait counted from now: a poll counts from when its
+        read began, and a read at once is due since the answer came (``answered``).
+        """
         if isinstance(action, ReadNow):
-            return now, False, False
+            return answered, False, False
         assert isinstance(action, Wait)
         if isinstance(read, PoolBusyError):
             logger.debug("%s; reading task %s again", read, self.task_id, extra=self.extra)
@@ -388,7 +391,8 @@ class _Follower:
             logger.debug("task %s is not known yet; reading again", self.task_id)
         elif isinstance(read, FollowerError):
             self.failing.retrying(action.seconds)
-        return (read_started if action.paced else now) + action.seconds, action.until_stop, True
+        began = read_started if action.paced else anyio.current_time()
+        return began + action.seconds, action.until_stop, True
 
     def _log_unknown(self) -> None:
         first_read_at = self.policy.first_read_at
