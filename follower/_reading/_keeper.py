@@ -98,13 +98,14 @@ class Timekeeper:
         """Keep the time until ``keeper``'s own wait ends."""
         heap = self._heap
         while not keeper.ended:
-            now = anyio.current_time()
             with anyio.CancelScope() as self._scope:
                 while not keeper.ended:
                     while heap[0][2].ended:  # ended early: nothing to wake
                         heapq.heappop(heap)
                     self._aim = heap[0][0]
-                    await _sleep_until(self._aim, now)
+                    # From the clock as it is now: serving a batch of due waits takes
+                    # time, which a reading from before it would add to the next wait.
+                    await _sleep_until(self._aim)
                     # Never a wait ended before its deadline on the loop's clock: a
                     # caller that finds time left waits again.
                     now = anyio.current_time()
@@ -158,18 +159,15 @@ _SWEEP_SLACK = 64
 _TICK = 1e-6
 
 
-async def _sleep_until(deadline: float, now: float) -> None:
+async def _sleep_until(deadline: float) -> None:
     """Sleep until ``deadline`` on the loop's clock, or a microsecond past it (past: a checkpoint).
-
-    ``now``: the clock, read since the last checkpoint (each reading costs anyio a
-    backend lookup); the time since then only makes the sleep end later.
 
     A loop's timer may ring a hair before its time (asyncio's, by its clock's
     resolution; a virtual clock's rounds to its own tick), and a keeper woken then finds
     nothing due. Its next sleep is at least a tick: one of ``deadline - now`` would ring
     at once, and on a virtual clock, which moves only when the loop would block, forever.
     """
-    delay = deadline - now
+    delay = deadline - anyio.current_time()
     await anyio.sleep(0 if delay <= 0 else max(delay, _TICK))
 
 

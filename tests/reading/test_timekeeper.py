@@ -374,6 +374,34 @@ async def test_waits_ended_early_are_swept_once_they_outnumber_the_parked_ones()
 
 
 @pytest.mark.anyio
+async def test_a_sweep_before_a_re_aimed_keeper_runs_keeps_the_sooner_wait() -> None:
+    # A wait sooner than the keeper's aim cancels the keeper's sleep, and before the
+    # keeper runs again, turns ending in the same step of the loop sweep the heap. The
+    # sooner wait is live: it must stay, and wake at its deadline.
+    began = anyio.current_time()
+    woke: list[float] = []
+    ending = 2 * _keeper._SWEEP_SLACK  # enough ended waits for a sweep
+
+    async def wait(seconds: float) -> None:
+        await wait_or_stop(TurnStop(), seconds)
+        woke.append(anyio.current_time() - began)
+
+    with anyio.fail_after(600):  # virtual: a wait lost fails, not hangs
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(wait, 100.0)  # keeps the time, aimed at 100
+            await anyio.lowlevel.checkpoint()
+            stops = [TurnStop() for _ in range(ending)]
+            async with anyio.create_task_group() as tg:
+                for stop in stops:
+                    tg.start_soon(wait_or_stop, stop, 200.0)
+                await anyio.sleep(1.0)
+                outer.start_soon(wait, 5.0)  # parks in the next step, re-aiming the keeper
+                for stop in stops:  # their waits end, and sweep, in that step too
+                    stop.set()
+    assert woke == pytest.approx([6.0, 100.0], abs=1e-6)
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("ends_it", ["cancel", "stop"])
 @pytest.mark.parametrize("whose", ["keeper", "heir"])
 async def test_the_time_is_kept_whichever_wait_keeping_it_ends_and_however(
