@@ -228,9 +228,20 @@ class TurnStop(anyio.Event):
             await anyio.lowlevel.checkpoint()
             return
         if self._parked is not None:  # another task waits already: one parks, this one not
-            with anyio.move_on_after(seconds):
-                await self.wait()
-        else:
-            await loop_timekeeper().park(self, seconds)
+            await wait_in_scope(self, seconds)
+            return
+        await loop_timekeeper().park(self, seconds)
         # After a wait wakes, a pending cancel goes first (the 3.11 lesson).
         await anyio.lowlevel.checkpoint_if_cancelled()
+
+
+async def wait_in_scope(stop: anyio.Event, seconds: float) -> None:
+    """Wait ``seconds``, or until ``stop`` is set, in a cancel scope of its own.
+
+    How any event is waited on that cannot park: a caller's (``follow_trajectory``'s
+    ``stop``), or a turn's stop whose follower is parked already.
+    """
+    with anyio.move_on_after(seconds):
+        await stop.wait()
+    # After a wait wakes, a pending cancel goes first (the 3.11 lesson).
+    await anyio.lowlevel.checkpoint_if_cancelled()

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
-import anyio.lowlevel
 
 from .._backoff import retry_delay
 from .._errors import (
@@ -27,7 +26,7 @@ from .._format._wire import MAX_PAGE_EVENTS, TrajectoryBatch
 from .._http._clients import ClientLease
 from .._http._exchange import CutShort
 from .._retries import FailureStreak, backoff_fraction, failure_reason
-from ._keeper import TurnStop
+from ._keeper import TurnStop, wait_in_scope
 from ._record import FollowProgress
 
 if TYPE_CHECKING:
@@ -196,14 +195,7 @@ def wait_or_stop(stop: anyio.Event, seconds: float) -> Awaitable[None]:
     """
     if type(stop) is TurnStop:
         return stop.wait_or_set(seconds)
-    return _wait_in_scope(stop, seconds)
-
-
-async def _wait_in_scope(stop: anyio.Event, seconds: float) -> None:
-    with anyio.move_on_after(seconds):
-        await stop.wait()
-    # After a wait wakes, a pending cancel goes first (the 3.11 lesson).
-    await anyio.lowlevel.checkpoint_if_cancelled()
+    return wait_in_scope(stop, seconds)
 
 
 # --- the turn's heartbeats, which a follower writes between its reads (``_turns._beats``)
