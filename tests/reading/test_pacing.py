@@ -226,3 +226,35 @@ async def test_a_loop_that_keeps_up_reads_on_time_and_says_nothing(
     lags = [p.poll_lag_seconds for p in followers.progress.values()]
     assert all(lag is not None and lag <= 0.05 * POLL for lag in lags), lags
     assert not [r for r in caplog.records if "over capacity" in r.getMessage()]
+
+
+@pytest.mark.anyio
+async def test_a_backlog_read_at_once_behind_a_slow_sink_is_not_the_loops_lag() -> None:
+    # A page that has more is read again at once, once the sink has stored it. The
+    # sink's time is the follower's own work, not the loop falling behind: the poll
+    # lag (and the loop's admission, which it feeds) counts only scheduled reads.
+    backlog, storing = 5, 0.3 * POLL
+    agent = Agent(pages_with_more=backlog)
+    lags_at_reads: list[float | None] = []
+
+    async def slow_sink(batch: Any) -> None:
+        await anyio.sleep(storing)  # a store's put, on the network
+        lags_at_reads.append(followers.progress["task-0"].poll_lag_seconds)
+
+    with anyio.fail_after(600):
+        async with anyio.create_task_group() as tg:
+            followers = Followers(tg, agent, sink=slow_sink)
+            followers.start("task-0")
+            await anyio.sleep(backlog * storing + 3.5 * POLL)
+            tg.cancel_scope.cancel()
+    times = agent.reads["task-0"]
+    # The backlog back to back, each read once its page was stored; then one an interval.
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert gaps[:backlog] == pytest.approx([storing] * backlog, abs=1e-6)
+    assert gaps[backlog:] == pytest.approx([POLL] * (len(gaps) - backlog), abs=1e-6)
+    assert len(gaps) > backlog + 1
+    # No scheduled wait before the backlog's last page: no lag yet; on time after it.
+    assert lags_at_reads[: backlog + 1] == [None] * (backlog + 1)
+    assert lags_at_reads[backlog + 1 :] == pytest.approx(
+        [0.0] * (len(lags_at_reads) - backlog - 1), abs=1e-6
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 
 import anyio
 import anyio.abc
@@ -32,7 +33,8 @@ class Agent:
     """Every task running for ever, an event a read; notes when each task was read.
 
     A read suspends once, as one over a socket does; ``cost_seconds`` of loop time
-    (CPU, as a loop busy with it would see) is spent in each.
+    (CPU, as a loop busy with it would see) is spent in each. A task's first
+    ``pages_with_more`` pages have more (``has_more``): a backlog its follower reads at once.
     """
 
     def __init__(
@@ -40,10 +42,12 @@ class Agent:
         cost_seconds: float = 0.0,
         hold: anyio.Event | None = None,
         answer_after_seconds: float = 0.0,
+        pages_with_more: int = 0,
     ) -> None:
         self.cost_seconds = cost_seconds
         self.hold = hold  # reads answer once it is set
         self.answer_after_seconds = answer_after_seconds  # the network's wait, not the loop's
+        self.pages_with_more = pages_with_more
         self.reads: dict[str, list[float]] = defaultdict(list)
         self.reading = anyio.Event()  # a read has begun
         self.in_flight = 0
@@ -51,7 +55,8 @@ class Agent:
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
         asked = json.loads(request.content)
-        self.reads[asked["task_id"]].append(anyio.current_time())
+        times = self.reads[asked["task_id"]]
+        times.append(anyio.current_time())
         self.reading.set()
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
@@ -75,7 +80,7 @@ class Agent:
                 "format": "test/v1",
                 "events": [after],
                 "next": after + 1,
-                "has_more": False,
+                "has_more": len(times) <= self.pages_with_more,
             },
         )
 
@@ -83,7 +88,10 @@ class Agent:
         return sorted(times[0] for times in self.reads.values())
 
 
-async def sink(batch: TrajectoryBatch) -> None:
+Sink = Callable[[TrajectoryBatch], Awaitable[None]]
+
+
+async def checkpoint_sink(batch: TrajectoryBatch) -> None:
     await anyio.lowlevel.checkpoint()
 
 
@@ -95,8 +103,9 @@ class Followers:
     loop idle, and let it catch up, while every read spends all of its time.
     """
 
-    def __init__(self, tg: anyio.abc.TaskGroup, agent: Agent) -> None:
+    def __init__(self, tg: anyio.abc.TaskGroup, agent: Agent, sink: Sink = checkpoint_sink) -> None:
         self.tg = tg
+        self.sink = sink
         admission = _admission.loop_admission()
         admission.cpu_clock = spent_loop_seconds
         self.options = FollowOptions(
@@ -111,7 +120,7 @@ class Followers:
             follow_task,
             ENDPOINT,
             task_id,
-            sink,
+            self.sink,
             stop=stop or anyio.Event(),
             options=self.options,
             progress=progress,
