@@ -25,10 +25,13 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 BENCHMARKS = ROOT / "benchmarks"
 OLD_PYTHON = ROOT / ".venvs" / "old-follower" / "bin" / "python"
 
-pytestmark = pytest.mark.skipif(
-    sys.version_info[:2] != (3, 11),
-    reason="the benchmarks' smoke runs take seconds each: one Python (3.11) is enough",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        sys.version_info[:2] != (3, 11),
+        reason="the benchmarks' smoke runs take seconds each: one Python (3.11) is enough",
+    ),
+    pytest.mark.waiting,  # each a run of seconds, mostly its measuring window
+]
 
 
 HAS_OLD = pytest.mark.skipif(not OLD_PYTHON.exists(), reason="no venv from tools/old-follower-venv")

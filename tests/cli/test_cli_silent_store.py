@@ -27,7 +27,7 @@ from ..support.cli import CLI_WITH_CTRL_C, MAX_LINE_BYTES, assert_no_traceback, 
 from ..support.s3 import FAKE_AWS_ENVIRONMENT
 from ..support.silent import s3_that_never_stores, silent_endpoint
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.waiting]
 
 BACKENDS = ["asyncio", "trio"]
 STORE = "s3://bucket/steps/"

@@ -38,6 +38,8 @@ from follower._turns._ledger import StepLedger
 from ..properties.broken_followers import RetryingFollower, UnboundedDrainBlock
 from ..support.cli import run_cli
 
+pytestmark = pytest.mark.waiting
+
 EXPECTED_STATE = {"cancelled": "canceled", "raises": "failed", "returns": "completed"}
 
 

@@ -34,7 +34,7 @@ from .helpers import (
     indexes,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.waiting]
 
 
 async def test_the_card_offers_the_live_cursor_read(afp_agent: RunningAgent) -> None:

@@ -391,6 +391,7 @@ async def test_a_client_closed_mid_step_ends_following_and_not_the_step(
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])  # a real socket: real time
+@pytest.mark.waiting
 async def test_a_client_closed_under_a_read_in_flight_is_the_callers_not_the_agents() -> None:
     # A real socket whose server never answers: the read is in flight when the client closes.
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)

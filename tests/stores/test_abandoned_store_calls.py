@@ -20,6 +20,8 @@ import pytest
 from ..support.s3 import FAKE_AWS_ENVIRONMENT
 from ..support.silent import silent_endpoint
 
+pytestmark = pytest.mark.waiting
+
 BACKENDS = ["asyncio", "trio"]
 ROOT = Path(__file__).resolve().parents[2]
 # The block's bounds below (drain 0.5 s, cleanup 1 s; the S3 turn's entry 10 s) and

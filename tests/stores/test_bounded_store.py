@@ -21,7 +21,7 @@ from follower import FilesystemStore, LiveTurns
 
 from ..support.agents import ENDPOINT, ScriptedAgent
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.waiting]
 
 STALL_SECONDS = 20.0
 DRAIN_SECONDS = 0.5

@@ -36,7 +36,7 @@ from ..support.stored import stored_turn
 from ..support.virtual_time import virtual_time_backends
 from .test_s3_store import S3Server, new_bucket, running_s3_server
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.waiting]
 
 PREFIX = "steps/s1/"
 EVENTS = 60

@@ -42,7 +42,7 @@ from follower.testing import ReferenceAgent
 from ..support.s3 import new_bucket, running_s3_server, s3_client
 from .writer_step import PREFIX, SILENT, TURN
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.waiting]
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = TurnKeys(PREFIX, TURN)

@@ -37,7 +37,7 @@ from follower.testing import ReferenceAgent, TaskScript, serve_agent
 from ..support.stored import stored_turn
 from .workflows import StepWorkflow
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.waiting]
 
 PREFIX = "steps/s1/"
 POLL = 0.05
