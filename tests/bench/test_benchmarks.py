@@ -25,13 +25,13 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 BENCHMARKS = ROOT / "benchmarks"
 OLD_PYTHON = ROOT / ".venvs" / "old-follower" / "bin" / "python"
 
-pytestmark = [
-    pytest.mark.skipif(
-        sys.version_info[:2] != (3, 11),
-        reason="the benchmarks' smoke runs take seconds each: one Python (3.11) is enough",
-    ),
-    pytest.mark.waiting,  # each a run of seconds, mostly its measuring window
-]
+pytestmark = pytest.mark.skipif(
+    sys.version_info[:2] != (3, 11),
+    reason="the benchmarks' smoke runs take seconds each: one Python (3.11) is enough",
+)
+# A run of seconds that mostly waits: its measuring window, its agents in other processes.
+# The runs that work the CPU throughout (read_path, throughput) are not marked.
+WAITING = pytest.mark.waiting
 
 
 HAS_OLD = pytest.mark.skipif(not OLD_PYTHON.exists(), reason="no venv from tools/old-follower-venv")
@@ -84,6 +84,7 @@ def scale_quick(tmp_path: Path, sides: str, *extra: str) -> dict[str, Any]:
     return dict(json.loads(out.read_text()))
 
 
+@WAITING
 def test_scale_quick_runs_ours_on_both_backends(tmp_path: Path) -> None:
     # Started 3 at a time, as a worker that starts its steps as they come: every one starts.
     document = scale_quick(tmp_path, "ours-asyncio,ours-trio", "--start-batch", "3")
@@ -104,6 +105,7 @@ def test_scale_quick_runs_ours_on_both_backends(tmp_path: Path) -> None:
     assert "scale.cpu_5000_over_1000_trio" in ids
 
 
+@WAITING
 def test_scale_runs_more_rounds_of_ours_at_the_largest_n(tmp_path: Path) -> None:
     document = scale_quick(tmp_path, "ours-asyncio", "--spread-rounds", "2")
     assert [run["side_name"] for run in document["runs"]] == ["ours-asyncio", "ours-asyncio"]
@@ -154,6 +156,7 @@ def test_a_target_at_5000_holds_only_if_every_round_meets_it() -> None:
     assert found["scale.cpu_5000_over_1000_asyncio"]["measured"] == pytest.approx(1.1)
 
 
+@WAITING
 @HAS_OLD
 def test_scale_quick_runs_the_old_follower_beside_ours(tmp_path: Path) -> None:
     document = scale_quick(tmp_path, "old,ours-asyncio")
@@ -185,6 +188,7 @@ def test_summary_names_every_target_measured_or_not(tmp_path: Path) -> None:
     assert "1 met, 0 missed, 18 not measured" in printed
 
 
+@WAITING
 def test_many_followers_runs_one_shape() -> None:
     printed = run(
         "many_followers.py",
@@ -212,6 +216,7 @@ def test_read_path_quick_measures_every_way_on_both_backends(tmp_path: Path) -> 
     assert "read_page + ours" in printed
 
 
+@WAITING
 def test_waits_quick_measures_every_way_on_both_backends(tmp_path: Path) -> None:
     out = tmp_path / "waits.json"
     printed = run("waits.py", "--quick", "--json", str(out))
@@ -224,6 +229,7 @@ def test_waits_quick_measures_every_way_on_both_backends(tmp_path: Path) -> None
     assert "vs scope" in printed
 
 
+@WAITING
 def test_collector_floor_quick_measures_every_shape_beneath_the_turn(tmp_path: Path) -> None:
     out = tmp_path / "collector_floor.json"
     printed = run("collector_floor.py", "--quick", "--json", str(out))
@@ -293,6 +299,7 @@ def test_throughput_quick_drains_the_old_follower_beside_ours(tmp_path: Path) ->
     assert all("x old" in target["shown"] for target in figures["targets"])
 
 
+@WAITING
 def test_teardown_runs_every_cell_once_beside_the_old_follower(tmp_path: Path) -> None:
     out = tmp_path / "teardown.json"
     old = ["--old-python", str(OLD_PYTHON), "--old-repeats", "1", "--old-cap", "0.3"]
@@ -327,6 +334,7 @@ def test_idle_poll_lists_only_what_is_new_with_start_after(tmp_path: Path) -> No
     assert [row["version_keys"] for row in rows] == [1, 0]
 
 
+@WAITING
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_streams_quick_measures_both_ways_on_each_backend(tmp_path: Path, backend: str) -> None:
     out = tmp_path / "streams.json"

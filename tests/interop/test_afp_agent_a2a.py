@@ -16,7 +16,8 @@ from ..support.stored import stored_turn
 from .conftest import RunningAgent
 from .helpers import POLL, PREFIX, TEST_SECONDS, Agent, WatchedStore
 
-pytestmark = pytest.mark.anyio
+# As test_afp_agent.py: the session's framework agent is started in one process only.
+pytestmark = [pytest.mark.anyio, pytest.mark.waiting]
 
 
 async def test_a_whole_turn_runs_to_completion(afp_agent: RunningAgent) -> None:
