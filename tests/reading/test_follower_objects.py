@@ -10,7 +10,9 @@ client, the caches) cancels out. And a read in steady state leaves nothing that
 only the cyclic collector frees.
 
 Followers poll an in-memory agent on a virtual clock; each page carries a few
-events (dicts), so a follower that kept its last page while it waits shows it.
+events, dicts that hold a list, so that the collector tracks each (it does not track
+a dict of strings and numbers) and a follower that kept its last page while it
+waits shows it: nine objects more.
 A whole open turn (``following_live_trajectory``: its block, task group,
 heartbeat and sink around the follower) holds a budget of its own.
 """
@@ -74,10 +76,13 @@ def anyio_backend(request: pytest.FixtureRequest) -> Any:
 
 
 def agent(request: httpx.Request) -> httpx.Response:
-    """Every task: three events a read, for ever; the task stays running."""
+    """Every task: three events a read, for ever; the task stays running.
+
+    Each event holds a list: the collector tracks it, so a page kept shows in the counts.
+    """
     asked = json.loads(request.content)
     after = asked["after"]
-    events = [{"n": n, "text": "event"} for n in range(after, after + 3)]
+    events = [{"n": n, "text": "event", "parts": ["event"]} for n in range(after, after + 3)]
     return httpx.Response(
         200,
         json={
