@@ -232,7 +232,7 @@ async def test_a_loop_that_keeps_up_reads_on_time_and_says_nothing(
 async def test_a_backlog_read_at_once_behind_a_slow_sink_is_not_the_loops_lag() -> None:
     # A page that has more is read again at once, once the sink has stored it. The
     # sink's time is the follower's own work, not the loop falling behind: the poll
-    # lag (and the loop's admission, which it feeds) counts only scheduled reads.
+    # lag counts only reads that waited for their time.
     backlog, storing = 5, 0.3 * POLL
     agent = Agent(pages_with_more=backlog)
     lags_at_reads: list[float | None] = []
