@@ -17,15 +17,17 @@ from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import attrs
 import httpx
 
+from .._backend import running_backend
 from ._response import END, ResponseParser
 
 if TYPE_CHECKING:
     import socket
     from collections.abc import AsyncIterable
+
+    from anyio.abc import AsyncBackend
 
     from ._head import ResponseHead
     from ._request import RequestWriter
@@ -52,6 +54,8 @@ class Connection:
     socket_identity: tuple[int, int] = (0, 0)
     parser: ResponseParser = attrs.field(factory=ResponseParser)
     idle_since: float = 0.0
+    # Its loop's scopes and checkpoints, without anyio's lookup each (``_backend``).
+    backend: type[AsyncBackend] = attrs.field(factory=running_backend)
 
     @classmethod
     async def open(cls, origin: Origin, context: ssl.SSLContext, deadline: float) -> Connection:
@@ -106,7 +110,7 @@ class Connection:
         )
         stream = self.stream
         sending = True
-        with anyio.CancelScope(deadline=deadline) as scope:
+        with self.backend.create_cancel_scope(deadline=deadline) as scope:
             try:
                 if isinstance(content, bytes):
                     # One send, so one syscall for a small request.
@@ -150,7 +154,7 @@ class Connection:
         not take (never, for a request of a few hundred bytes) goes by the stream. As
         the stream's send does, nothing is sent once the scope is cancelled.
         """
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await self.backend.checkpoint_if_cancelled()
         sent = 0
         if self.raw_socket is not None:
             fd = self.raw_socket.fileno()
@@ -182,7 +186,7 @@ class Connection:
     async def receive(self, deadline: float) -> bytes:
         """Bytes off the connection (``b""`` at its end), waiting until ``deadline`` at most."""
         try:
-            with anyio.CancelScope(deadline=deadline):
+            with self.backend.create_cancel_scope(deadline=deadline):
                 return await self.stream.receive(RECEIVE_BYTES)
         except anyio.EndOfStream:
             return b""

@@ -23,6 +23,7 @@ import anyio
 import anyio.lowlevel
 import attrs
 
+from .._backend import running_backend
 from .._errors import (
     ClientClosedError,
     FollowerError,
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Coroutine
 
     import httpx
+    from anyio.abc import AsyncBackend
 
     from .._format._wire import Page
     from ._record import Beats
@@ -197,6 +199,8 @@ class _Follower:
     policy: ReadPolicy = attrs.field(init=False)
     pacing: LoopPacing = attrs.field(init=False, factory=loop_pacing)
     admission: ReadAdmission = attrs.field(init=False, factory=loop_admission)
+    # The loop's clock and checkpoint, without anyio's lookup each (``_backend``).
+    backend: type[AsyncBackend] = attrs.field(init=False, factory=running_backend)
     _failing: FailureStreak | None = attrs.field(init=False, default=None)
     _first_read_pending: bool = attrs.field(init=False, default=False)
     _read_began: float = attrs.field(init=False, default=0.0)  # when the last read began
@@ -245,7 +249,7 @@ class _Follower:
         # stop ends the wait; whether it was scheduled (its lateness is the loop's lag).
         due: float | None = None
         until_stop = scheduled = True
-        now = anyio.current_time()
+        now = self.backend.current_time()
         self._first_read_pending = True
         delay = self.pacing.first_read_delay(now, self.poll)
         if delay:  # others are starting too: this one's slot in the interval
@@ -255,7 +259,7 @@ class _Follower:
             # its task, its coroutines, and the wait's own scope and timer
             # (tests/reading/test_follower_objects.py).
             if due is not None:
-                now = anyio.current_time()
+                now = self.backend.current_time()
                 # From when the loop's own delay counts: a timer's deadline, or, for a
                 # read due already (its last read's answer or slot took the interval),
                 # this checkpoint. Not from ``due``: how long agents and the slots
@@ -263,7 +267,7 @@ class _Follower:
                 if self.beats is not None and await beat_before(self.beats, self.stop, due):
                     # A beat that could not wait for this read was written: its put is
                     # not the loop's lateness.
-                    now = anyio.current_time()
+                    now = self.backend.current_time()
                     due = max(due, now)
                 delay_from = due
                 if due > now:
@@ -273,15 +277,15 @@ class _Follower:
                         await anyio.sleep_until(due)
                 else:  # due already (a busy loop, or a read at once): the others go first
                     delay_from = now
-                    await anyio.lowlevel.checkpoint()
+                    await self.backend.checkpoint()
                 if scheduled and not (until_stop and self.stop.is_set()):
                     now = self._woke(due, delay_from)
                 else:
-                    now = anyio.current_time()
-            # One reading of the clock a step, handed on: each costs anyio a backend lookup.
+                    now = self.backend.current_time()
+            # One reading of the clock a step, handed on.
             now = await beat_if_due(self.beats, self.stop, now)
             read = await self._read(client, cursor, now)
-            answered = anyio.current_time()
+            answered = self.backend.current_time()
             read_started = self._read_began
             if (observer := self.progress.observer) is not None:
                 # The read's own time, from when it took its slot (if it needed one).
@@ -306,7 +310,7 @@ class _Follower:
         checkpoint of a read due already), tells the loop's admission whether it is behind.
         Returns the time it woke.
         """
-        now = anyio.current_time()
+        now = self.backend.current_time()
         late = max(0.0, now - due)
         self.progress.poll_lag_seconds = late
         self.admission.woke(max(0.0, now - delay_from), now)
@@ -391,7 +395,7 @@ class _Follower:
             logger.debug("task %s is not known yet; reading again", self.task_id)
         elif isinstance(read, FollowerError):
             self.failing.retrying(action.seconds)
-        began = read_started if action.paced else anyio.current_time()
+        began = read_started if action.paced else self.backend.current_time()
         return began + action.seconds, action.until_stop, True
 
     def _log_unknown(self) -> None:
@@ -430,7 +434,7 @@ class _Follower:
             slot = self.admission.slot()
             async with slot:
                 if slot is not AT_ONCE:  # it may have waited for its slot
-                    self._read_sent = anyio.current_time()
+                    self._read_sent = self.backend.current_time()
                 self.policy.reading(now)
                 self.pacing.read()
                 timeout = self.options.read_timeout_seconds

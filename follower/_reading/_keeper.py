@@ -25,11 +25,16 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
 
+from .._backend import running_backend
 from .._loop_local import LoopLocal
+
+if TYPE_CHECKING:
+    from anyio.abc import AsyncBackend
 
 
 class _Parked:
@@ -37,8 +42,8 @@ class _Parked:
 
     __slots__ = ("ended", "turn", "wake")
 
-    def __init__(self) -> None:
-        self.wake = anyio.Event()
+    def __init__(self, wake: anyio.Event) -> None:
+        self.wake = wake
         self.ended = False  # due, stopped or cancelled: the keeper wakes it no more
         self.turn = False  # handed the keeper's turn, and not yet keeping it
 
@@ -51,9 +56,11 @@ class Timekeeper:
     no heap entry, no event and no scope, and a run that has ended leaves no loop behind.
     """
 
-    __slots__ = ("_aim", "_heap", "_keeper", "_live", "_order", "_scope")
+    __slots__ = ("_aim", "_heap", "_keeper", "_live", "_order", "_scope", "backend")
 
     def __init__(self) -> None:
+        # Its waits' clock, events and sleeps, without anyio's lookup each (``_backend``).
+        self.backend: type[AsyncBackend] = running_backend()
         # By deadline, then the order parked: the heap compares tuples in C, never a wait.
         self._heap: list[tuple[float, int, _Parked]] = []
         self._order = itertools.count()
@@ -64,8 +71,9 @@ class Timekeeper:
 
     async def park(self, stop: TurnStop, seconds: float) -> None:
         """Wait ``seconds``, or until ``stop`` is set; the caller checks neither first."""
-        deadline = anyio.current_time() + seconds
-        parked = _Parked()
+        backend = self.backend
+        deadline = backend.current_time() + seconds
+        parked = _Parked(backend.create_event())
         self._live += 1
         try:
             heapq.heappush(self._heap, (deadline, next(self._order), parked))
@@ -80,11 +88,11 @@ class Timekeeper:
             await parked.wake.wait()
             while parked.turn:  # woken to keep the time (an heir that ended keeps it no time)
                 parked.turn = False
-                parked.wake = anyio.Event()
+                parked.wake = backend.create_event()
                 await self._keep(parked)
         finally:
             parked.ended = True  # a cancelled wait has not been marked yet
-            stop._parked = stop._keeper = None
+            stop._parked = None
             if self._keeper is parked:  # however its wait ended, its turn goes on
                 self._scope, self._aim = None, -math.inf
                 self._hand_over()
@@ -96,19 +104,19 @@ class Timekeeper:
 
     async def _keep(self, keeper: _Parked) -> None:
         """Keep the time until ``keeper``'s own wait ends."""
-        heap = self._heap
+        heap, backend = self._heap, self.backend
         while not keeper.ended:
-            with anyio.CancelScope() as self._scope:
+            with backend.create_cancel_scope() as self._scope:
                 while not keeper.ended:
                     while heap[0][2].ended:  # ended early: nothing to wake
                         heapq.heappop(heap)
                     self._aim = heap[0][0]
                     # From the clock as it is now: serving a batch of due waits takes
                     # time, which a reading from before it would add to the next wait.
-                    await _sleep_until(self._aim)
+                    await _sleep_until(backend, self._aim)
                     # Never a wait ended before its deadline on the loop's clock: a
                     # caller that finds time left waits again.
-                    now = anyio.current_time()
+                    now = backend.current_time()
                     while heap and heap[0][0] <= now:
                         due = heapq.heappop(heap)[2]
                         if not due.ended:
@@ -159,7 +167,7 @@ _SWEEP_SLACK = 64
 _TICK = 1e-6
 
 
-async def _sleep_until(deadline: float) -> None:
+async def _sleep_until(backend: type[AsyncBackend], deadline: float) -> None:
     """Sleep until ``deadline`` on the loop's clock, or a microsecond past it (past: a checkpoint).
 
     A loop's timer may ring a hair before its time (asyncio's, by its clock's
@@ -167,8 +175,8 @@ async def _sleep_until(deadline: float) -> None:
     nothing due. Its next sleep is at least a tick: one of ``deadline - now`` would ring
     at once, and on a virtual clock, which moves only when the loop would block, forever.
     """
-    delay = deadline - anyio.current_time()
-    await anyio.sleep(0 if delay <= 0 else max(delay, _TICK))
+    delay = deadline - backend.current_time()
+    await backend.sleep(0 if delay <= 0 else max(delay, _TICK))
 
 
 loop_timekeeper = LoopLocal("follower_timekeeper", Timekeeper).get
@@ -192,7 +200,9 @@ class TurnStop(anyio.Event):
         self._set = False
         self._event: anyio.Event | None = None
         self._parked: _Parked | None = None  # the follower's parked wait, while it waits
-        self._keeper: Timekeeper | None = None  # where it is parked
+        # Its loop's timekeeper, from its first wait on (a turn runs in one loop): the
+        # loop's variable is looked up once, not each wait.
+        self._keeper: Timekeeper | None = None
 
     def set(self) -> None:
         if self._set:
@@ -230,7 +240,10 @@ class TurnStop(anyio.Event):
         if self._parked is not None:  # another task waits already: one parks, this one not
             await wait_in_scope(self, seconds)
             return
-        await loop_timekeeper().park(self, seconds)
+        keeper = self._keeper
+        if keeper is None:
+            keeper = self._keeper = loop_timekeeper()
+        await keeper.park(self, seconds)
         # After a wait wakes, a pending cancel goes first (the 3.11 lesson).
         await anyio.lowlevel.checkpoint_if_cancelled()
 
