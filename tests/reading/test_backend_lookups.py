@@ -32,6 +32,7 @@ from follower import following_live_trajectory
 from follower._backend import running_backend
 
 from ..http.test_transport import Request, answer, serving
+from ..support.null_store import NullStore
 
 pytestmark = pytest.mark.anyio
 
@@ -42,20 +43,6 @@ ANYIO = str(Path(anyio.__file__).parent)
 # checkpoint (``TurnStop.wait_or_set``). Before the backend was held: 14.
 LOOKUPS_PER_READ = 2.0
 READS = 30
-
-
-class _QuietStore:
-    """A store that keeps nothing: its own lookups are the test's, not the library's."""
-
-    async def put(self, key: str, body: bytes, *, content_type: str) -> None:
-        await anyio.lowlevel.checkpoint()
-
-    async def get(self, key: str) -> bytes:
-        raise AssertionError(f"nothing is kept: {key!r}")
-
-    async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
-        await anyio.lowlevel.checkpoint()
-        return []
 
 
 class OneEventARead:
@@ -126,7 +113,7 @@ async def test_a_turns_steady_reads_look_the_backend_up_at_most_twice_each() -> 
             serving(agent) as (url, _),
             following_live_trajectory(
                 url,
-                _QuietStore(),
+                NullStore(),
                 "steps/s1/",
                 "turn-1",
                 poll_interval_seconds=0.002,

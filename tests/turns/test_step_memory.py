@@ -21,6 +21,8 @@ import pytest
 
 from follower import LiveTurns, LiveTurnStatistics, TurnProgress
 
+from ..support.null_store import NullStore
+
 pytestmark = pytest.mark.anyio
 
 ENDPOINT = "http://agent.test/ext/trajectory"
@@ -43,20 +45,6 @@ def agent(request: httpx.Request) -> httpx.Response:
             "has_more": False,
         },
     )
-
-
-class NullStore:
-    """A write-once store that keeps nothing: only the step's own memory is left."""
-
-    async def put(self, key: str, body: bytes, *, content_type: str) -> None:
-        await anyio.lowlevel.checkpoint()
-
-    async def get(self, key: str) -> bytes:
-        raise AssertionError(f"nothing is read back: {key}")
-
-    async def list(self, prefix: str, *, start_after: str | None = None) -> list[str]:
-        await anyio.lowlevel.checkpoint()
-        return []
 
 
 def traced() -> int:
