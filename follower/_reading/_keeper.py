@@ -200,7 +200,7 @@ class TurnStop(anyio.Event):
         self._set = False
         self._event: anyio.Event | None = None
         self._parked: _Parked | None = None  # the follower's parked wait, while it waits
-        # Its loop's timekeeper, from its first wait on (a turn runs in one loop): the
+        # Its loop's timekeeper, kept by its first park (a turn runs in one loop): the
         # loop's variable is looked up once, not each wait.
         self._keeper: Timekeeper | None = None
 
@@ -240,10 +240,7 @@ class TurnStop(anyio.Event):
         if self._parked is not None:  # another task waits already: one parks, this one not
             await wait_in_scope(self, seconds)
             return
-        keeper = self._keeper
-        if keeper is None:
-            keeper = self._keeper = loop_timekeeper()
-        await keeper.park(self, seconds)
+        await (self._keeper or loop_timekeeper()).park(self, seconds)  # park keeps it
         # After a wait wakes, a pending cancel goes first (the 3.11 lesson).
         await anyio.lowlevel.checkpoint_if_cancelled()
 
