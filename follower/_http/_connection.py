@@ -5,7 +5,9 @@ response's head with the codec (:mod:`follower._http._response`), then hands
 the body's pieces to :mod:`follower._http._body` as they are asked for. Each wait
 is bounded by the exchange's deadline and fails as httpx's own exception types.
 Whether an idle connection may be reused is asked of the socket itself (one
-poll): a readable idle socket was closed or reset by the server.
+poll), and on asyncio first of the stream that keeps reading it
+(:mod:`follower._http._asyncio_stream`): a readable idle socket was closed or
+reset by the server.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import attrs
 import httpx
 
 from .._backend import running_backend
+from ._asyncio_stream import KeptReadingStream, running_asyncio_loop
 from ._response import END, ResponseParser
 
 if TYPE_CHECKING:
@@ -46,10 +49,10 @@ class Connection:
     stream: anyio.abc.ByteStream
     # Registered once: asking whether an idle connection is readable is one poll.
     poller: Poller | None
-    # A plain TCP connection's socket, which a request is written into directly
+    # A plain TCP connection's socket on trio, which a request is written into directly
     # (``_send_whole``), and what its descriptor is (device, inode); None over TLS, whose
-    # bytes only the stream may write, and on Windows, where a socket is no file to
-    # ``os.write``.
+    # bytes only the stream may write, on asyncio, whose stream writes straight into the
+    # socket itself, and on Windows, where a socket is no file to ``os.write``.
     raw_socket: socket.socket | None = None
     socket_identity: tuple[int, int] = (0, 0)
     parser: ResponseParser = attrs.field(factory=ResponseParser)
@@ -64,7 +67,10 @@ class Connection:
         with anyio.CancelScope(deadline=deadline) as scope:
             try:
                 stream: anyio.abc.ByteStream
-                if scheme == b"https":
+                loop = None if scheme == b"https" else running_asyncio_loop()
+                if loop is not None:
+                    stream = await KeptReadingStream.connect(loop, running_backend(), host, port)
+                elif scheme == b"https":
                     # SNI and the certificate's name are the URL's host. HTTP frames
                     # its own messages (a truncated body is an error), so no
                     # close_notify is required of the server, as in httpcore.
@@ -94,8 +100,12 @@ class Connection:
         if now - self.idle_since >= expiry_seconds:
             return False
         # Readable while idle means the server closed it (EOF), reset it, or sent
-        # something unasked for: none of these can carry a request.
-        # (Both backends leave the socket unread while no one receives.)
+        # something unasked for: none of these can carry a request. anyio's streams
+        # leave the socket unread while no one receives; the asyncio stream reads it when
+        # its loop polls, so what it read is asked first, then what it has yet to read.
+        stream = self.stream
+        if isinstance(stream, KeptReadingStream) and stream.readable():
+            return False
         return self.poller is None or not self.poller.readable()
 
     async def exchange(
@@ -142,29 +152,31 @@ class Connection:
     async def _send_whole(self, data: bytes) -> None:
         """Send ``data``, on a plain TCP connection straight into the socket's buffer.
 
-        A stream's send yields to the loop once it has written (both backends
+        On asyncio the connection's own stream does this: its transport writes into the
+        socket at once. anyio's trio stream yields to the loop once it has written (a
         checkpoint), and the response's receive, which comes next, waits anyway: that
-        turn of the loop is about a twentieth of a read's CPU. Between exchanges
-        nothing else writes to the socket, and the stream keeps no bytes of its own:
-        trio's send returns once the kernel has taken every byte, and anyio sets
-        asyncio's write buffer limits to 0, so its send returns once the transport's
-        buffer is empty (a test in tests/http/test_transport.py fails should either
-        change); an exchange whose send failed or was cancelled never parks its
-        connection. So the bytes go out in order. Whatever the socket's buffer does
-        not take (never, for a request of a few hundred bytes) goes by the stream. As
-        the stream's send does, nothing is sent once the scope is cancelled.
+        turn of the loop is about a twentieth of a read's CPU. So on trio the request
+        is written into the socket here. Between exchanges nothing else writes to the
+        socket, and the stream keeps no bytes of its own: trio's send returns once the
+        kernel has taken every byte (a test in tests/http/test_transport.py fails
+        should that change); an exchange whose send failed or was cancelled never
+        parks its connection. So the bytes go out in order. Whatever the socket's
+        buffer does not take (never, for a request of a few hundred bytes) goes by the
+        stream. As the stream's send does, nothing is sent once the scope is cancelled.
         """
+        if self.raw_socket is None:  # the stream's send sees a pending cancel itself
+            await self.stream.send(data)
+            return
         await self.backend.checkpoint_if_cancelled()
         sent = 0
-        if self.raw_socket is not None:
-            fd = self.raw_socket.fileno()
-            # Still this connection's socket: one closed under it (-1, or a number kept by
-            # another event loop's stand-in) may have given its number to another file.
-            if _identity(fd) == self.socket_identity:
-                try:  # noqa: SIM105 (a read's path: no context manager's calls)
-                    sent = os.write(fd, data)
-                except BlockingIOError:
-                    pass
+        fd = self.raw_socket.fileno()
+        # Still this connection's socket: one closed under it (-1, or a number kept by
+        # another event loop's stand-in) may have given its number to another file.
+        if _identity(fd) == self.socket_identity:
+            try:  # noqa: SIM105 (a read's path: no context manager's calls)
+                sent = os.write(fd, data)
+            except BlockingIOError:
+                pass
         if sent < len(data):
             await self.stream.send(data[sent:])
 
