@@ -14,8 +14,10 @@ So while the loop is behind, every cursor read of its followers queues for one
 of :data:`ADMITTED_READS` slots of the loop, first come first served (anyio's
 ``Semaphore`` is fair); while it keeps up, no read waits. The loop is behind when
 it wakes its followers late: the mean of its own delay over a window of
-:data:`WINDOW_SECONDS` above :data:`BEHIND_SECONDS`. It has caught up when a
-window's mean falls below half of that (no flapping at the bound), unless reads
+:data:`WINDOW_SECONDS` above :data:`BEHIND_SECONDS`, or a single wake later than
+:data:`HERD_SECONDS` (a window would let a herd of wakes all begin their reads
+first). It has caught up when a window's mean falls below half of that (no
+flapping at the bound), unless reads
 still queue for the slots while the process uses :data:`BUSY_CPU_SHARE` of a
 core or more: then the delays are small because the slots hold reads back, and
 letting them all go would put the loop behind at once. The delay is the loop's
@@ -48,6 +50,11 @@ BEHIND_SECONDS = 0.025
 # ran freely again is seen to within a quarter of a second, long enough to hold a
 # few hundred wakes at thousands of followers.
 WINDOW_SECONDS = 0.25
+# One wake later than this puts the loop behind at once, before its window closes. A
+# herd (followers due together, as a pause of the loop leaves them) wakes in one turn,
+# each late by the reads begun before it: waiting for the window's mean let over a
+# thousand begin at once at 5,000 followers, each on a connection of its own.
+HERD_SECONDS = BEHIND_SECONDS
 # A loop behind whose reads queue for the slots stays behind while the process uses
 # this share of a core or more: its delays are small then because the slots hold the
 # reads back, not because it has caught up. Reads that queue while the CPU is idle
@@ -105,6 +112,8 @@ class ReadAdmission:
         """
         if self._window_started_at is None:
             self._window_started_at, self._cpu_at_window_start = now, self.cpu_clock()
+        if late_seconds > HERD_SECONDS:
+            self.behind = True
         self._sum += late_seconds
         self._count += 1
         elapsed = now - self._window_started_at

@@ -60,6 +60,21 @@ def test_the_loop_is_behind_while_a_windows_mean_delay_is_over_the_bound() -> No
     assert admission.lateness_seconds == 0.0
 
 
+def test_one_wake_later_than_the_herd_bound_puts_the_loop_behind_at_once() -> None:
+    # A herd of followers due together wakes in one turn of the loop, each later by the
+    # reads begun before it: the first wake past the bound puts the loop behind, and the
+    # rest of the herd takes the slots, well before the window's mean would say so.
+    admission = ReadAdmission(2)
+    window, herd = _admission.WINDOW_SECONDS, _admission.HERD_SECONDS
+    admission.woke(0.0, 0.0)  # the window opens
+    for n in range(1, 10):
+        admission.woke(herd * n / 10, window * n / 100)  # late, each by a little more
+    assert not admission.behind
+    admission.woke(herd * 1.01, window / 10)  # within the window still
+    assert admission.behind
+    assert admission.slot() is not _admission.AT_ONCE
+
+
 @pytest.fixture(params=virtual_time_backends(), scope="module")
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
     return request.param
