@@ -27,10 +27,10 @@ import pytest
 import sniffio
 
 from follower._backend import running_backend
+from follower._http._agent_client import AgentClient
 from follower._http._asyncio_stream import BUFFER_LIMIT, KeptReadingStream
 from follower._http._clients import _shared_ssl_context
 from follower._http._connection import Connection
-from follower._http._agent_client import AgentClient
 from follower._http._exchange import read_page
 from follower._http._transport import AgentTransport
 
