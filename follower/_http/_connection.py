@@ -118,7 +118,6 @@ class Connection:
         parser = self.parser = ResponseParser(
             head_request=writer.method == b"HEAD", request_close=writer.close
         )
-        stream = self.stream
         sending = True
         with self.backend.create_cancel_scope(deadline=deadline) as scope:
             try:
@@ -126,6 +125,7 @@ class Connection:
                     # One send, so one syscall for a small request.
                     await self._send_whole(writer.whole(content))
                 else:
+                    stream = self.stream
                     await stream.send(writer.head)
                     async for chunk in content:
                         data = writer.piece(chunk)
@@ -136,10 +136,7 @@ class Connection:
                         await stream.send(data)
                 sending = False
                 while (head := parser.next_head()) is None:
-                    try:
-                        parser.feed(await stream.receive(RECEIVE_BYTES))
-                    except anyio.EndOfStream:
-                        parser.feed(b"")
+                    parser.feed(await self._receive_some())
                 return head
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                 error = httpx.WriteError if sending else httpx.ReadError
@@ -199,12 +196,32 @@ class Connection:
         """Bytes off the connection (``b""`` at its end), waiting until ``deadline`` at most."""
         try:
             with self.backend.create_cancel_scope(deadline=deadline):
-                return await self.stream.receive(RECEIVE_BYTES)
-        except anyio.EndOfStream:
-            return b""
+                return await self._receive_some()
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from exc
         raise httpx.ReadTimeout("the response's body did not arrive in time")
+
+    async def _receive_some(self) -> bytes:
+        """Bytes off the connection, ``b""`` at its end; fails as its stream does, or ``OSError``.
+
+        On trio a plain TCP connection's bytes are read straight off its socket, as its
+        request is written into it (``_send_whole``): anyio's stream and trio's socket
+        wrap a read in about thirty calls, and neither keeps bytes of its own (trio's
+        socket is the kernel's, unbuffered), so nothing read is passed over. The read is
+        tried first (a body's next piece has often come in), then waited for; the wait
+        is trio's, a checkpoint that a cancel ends.
+        """
+        sock = self.raw_socket
+        if sock is None:
+            try:
+                return await self.stream.receive(RECEIVE_BYTES)
+            except anyio.EndOfStream:
+                return b""
+        while True:
+            try:
+                return sock.recv(RECEIVE_BYTES)
+            except BlockingIOError:
+                await self.backend.wait_readable(sock)
 
     async def close(self) -> None:
         # Forcefully: a TLS goodbye to a server that stopped answering could hang.

@@ -461,6 +461,41 @@ async def test_chunked_bodies_are_read_and_their_connection_reused() -> None:
     assert server.connections == 1
 
 
+# On asyncio a connection's own stream reads its socket (tests/http/test_asyncio_stream.py).
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_on_trio_a_response_is_read_straight_off_the_socket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Connection._receive_some: anyio's stream and trio's socket wrap a read in about
+    # thirty calls and keep no bytes of their own, so a plain connection on trio reads
+    # its socket itself. Its stream is never asked, and no byte is passed over, of a
+    # body in many pieces either.
+    body = page(events=tuple(range(100)))
+
+    async def respond(stream: anyio.abc.ByteStream, request: Request) -> bool:
+        for piece in chunked(body, 37):
+            await stream.send(piece)
+        return True
+
+    transport = AgentTransport(ssl_context=_shared_ssl_context())
+    asked: list[object] = []
+    with anyio.fail_after(10):
+        async with serving(respond) as (url, server), AgentClient(transport) as client:
+            assert (await read(client, url)).events == tuple(range(100))
+            [[connection]] = transport._idle.values()
+            receive = connection.stream.receive
+
+            async def asked_of_the_stream(*args: Any) -> bytes:
+                asked.append(args)
+                return await receive(*args)
+
+            monkeypatch.setattr(connection.stream, "receive", asked_of_the_stream)
+            for _ in range(3):
+                assert (await read(client, url)).events == tuple(range(100))
+    assert asked == []
+    assert server.connections == 1
+
+
 # --- the deadline ------------------------------------------------------------------------
 
 
