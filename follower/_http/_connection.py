@@ -2,12 +2,14 @@
 
 A connection carries one request at a time: it sends the request, reads the
 response's head with the codec (:mod:`follower._http._response`), then hands
-the body's pieces to :mod:`follower._http._body` as they are asked for. Each wait
+the body's pieces to :mod:`follower._http._body` as they are asked for. Its
+stream is anyio's, but for a plain TCP connection on asyncio, which is the
+library's own (:mod:`follower._http._asyncio_stream`); on trio a plain
+connection's bytes are written into and read off its socket directly. Each wait
 is bounded by the exchange's deadline and fails as httpx's own exception types.
 Whether an idle connection may be reused is asked of the socket itself (one
-poll), and on asyncio first of the stream that keeps reading it
-(:mod:`follower._http._asyncio_stream`): a readable idle socket was closed or
-reset by the server.
+poll), and on asyncio first of the stream that keeps reading it: a readable
+idle socket was closed or reset by the server.
 """
 
 from __future__ import annotations
