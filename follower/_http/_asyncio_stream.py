@@ -37,14 +37,6 @@ BUFFER_LIMIT = 64 * 1024
 _HAPPY_EYEBALLS_DELAY = 0.25
 
 
-def running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
-    """The asyncio loop running in this thread, or None (trio's, or none at all)."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
 class KeptReadingStream(asyncio.Protocol, anyio.abc.ByteStream):
     """A plain TCP connection on asyncio, read as bytes arrive; one receive or send at a time."""
 

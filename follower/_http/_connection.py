@@ -24,8 +24,8 @@ import anyio.abc
 import attrs
 import httpx
 
-from .._backend import running_backend
-from ._asyncio_stream import KeptReadingStream, running_asyncio_loop
+from .._backend import running_asyncio_loop, running_backend
+from ._asyncio_stream import KeptReadingStream
 from ._response import END, ResponseParser
 
 if TYPE_CHECKING:
