@@ -2,7 +2,7 @@
 
 anyio's asyncio socket stream pauses its transport's reading whenever no one receives,
 and resumes it for each receive: the loop adds the socket's reader and removes it again
-(two ``epoll_ctl`` calls, a handle and a selector key each time), about a fourteenth of a
+(two ``epoll_ctl`` calls, a handle and a selector key each time), about a sixteenth of a
 steady read's Python calls. A connection of the library's transport receives once or
 twice an exchange, so on asyncio its plain TCP connections use this stream instead: the
 transport reads whatever arrives into a buffer, and pauses only once a limit is buffered
@@ -10,9 +10,11 @@ transport reads whatever arrives into a buffer, and pauses only once a limit is 
 asked of that buffer first (:meth:`KeptReadingStream.readable`): the loop may have read
 an EOF, a reset or a stray byte already, which the socket no longer shows.
 
-Its ends and failures are anyio's, as a ``SocketStream``'s: ``EndOfStream`` at the
-server's EOF, ``BrokenResourceError`` for a connection lost or a write refused,
-``ClosedResourceError`` once closed here. TLS, and trio, keep anyio's streams.
+Its ends and failures are anyio's exception types: ``EndOfStream`` at the server's
+EOF, ``BrokenResourceError`` for a connection lost or a write refused (at the send,
+where anyio's stream fails the receive after it), ``ClosedResourceError`` once closed
+here, ``BusyResourceError`` for a second receive or send at once. TLS, trio and
+another library's asyncio loop (:func:`runs_on`) keep anyio's streams.
 """
 
 from __future__ import annotations
@@ -37,6 +39,15 @@ BUFFER_LIMIT = 64 * 1024
 _HAPPY_EYEBALLS_DELAY = 0.25
 
 
+def runs_on(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether the stream serves ``loop``: asyncio's own loops, not another's (uvloop's).
+
+    Another loop's transports and connect are its own (uvloop's connect takes no happy
+    eyeballs): its connections keep anyio's stream.
+    """
+    return isinstance(loop, asyncio.BaseEventLoop)
+
+
 class KeptReadingStream(asyncio.Protocol, anyio.abc.ByteStream):
     """A plain TCP connection on asyncio, read as bytes arrive; one receive or send at a time."""
 
@@ -52,7 +63,9 @@ class KeptReadingStream(asyncio.Protocol, anyio.abc.ByteStream):
         self._lost = False
         self._error: Exception | None = None
         self._closed = False
-        self._waiter: asyncio.Future[None] | None = None  # a receive's or a send's
+        # The receive's and the send's waits: one of each at a time (else BusyResourceError).
+        self._receiving: asyncio.Future[None] | None = None
+        self._sending: asyncio.Future[None] | None = None
 
     @classmethod
     async def connect(
@@ -66,12 +79,12 @@ class KeptReadingStream(asyncio.Protocol, anyio.abc.ByteStream):
         """
         try:
             ipaddress.ip_address(host)
-            delay = None
         except ValueError:
-            delay = _HAPPY_EYEBALLS_DELAY
-        _, stream = await loop.create_connection(
-            lambda: cls(loop, backend), host, port, happy_eyeballs_delay=delay
-        )
+            _, stream = await loop.create_connection(
+                lambda: cls(loop, backend), host, port, happy_eyeballs_delay=_HAPPY_EYEBALLS_DELAY
+            )
+        else:
+            _, stream = await loop.create_connection(lambda: cls(loop, backend), host, port)
         return stream
 
     # The protocol's side: called by the loop.
@@ -90,35 +103,24 @@ class KeptReadingStream(asyncio.Protocol, anyio.abc.ByteStream):
             self._reading_paused = True
             assert self._transport is not None
             self._transport.pause_reading()
-        self._wake()
+        _wake(self._receiving)
 
     def eof_received(self) -> bool:
         self._at_eof = True
-        self._wake()
+        _wake(self._receiving)
         return True  # the transport stays open: closing it is aclose's
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost, self._error = True, exc
-        self._wake()
+        _wake(self._receiving)
+        _wake(self._sending)
 
     def pause_writing(self) -> None:
         self._writing_paused = True
 
     def resume_writing(self) -> None:
         self._writing_paused = False
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def _wait(self) -> None:
-        waiter = self._waiter = self._loop.create_future()
-        try:
-            await waiter
-        finally:
-            self._waiter = None
+        _wake(self._sending)
 
     # The stream's side: called by the connection.
 
@@ -134,8 +136,12 @@ class KeptReadingStream(asyncio.Protocol, anyio.abc.ByteStream):
         return bool(self._chunks) or self._at_eof or self._lost
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
-        # Bytes that came in already are returned without a turn of the loop: what is
-        # buffered is bounded, and once it is taken the next receive waits.
+        if self._receiving is not None:
+            raise anyio.BusyResourceError("reading from")
+        if self._chunks:
+            # Bytes that came in already are returned without a turn of the loop; as
+            # anyio's receive, a cancel pending goes first.
+            await self._backend.checkpoint_if_cancelled()
         while not self._chunks:
             if self._closed:
                 raise anyio.ClosedResourceError
@@ -143,7 +149,11 @@ class KeptReadingStream(asyncio.Protocol, anyio.abc.ByteStream):
                 raise anyio.BrokenResourceError from self._error
             if self._at_eof or self._lost:
                 raise anyio.EndOfStream
-            await self._wait()
+            waiter = self._receiving = self._loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._receiving = None
         chunk = self._chunks.popleft()
         if len(chunk) > max_bytes:
             chunk, rest = chunk[:max_bytes], chunk[max_bytes:]
@@ -156,6 +166,8 @@ class KeptReadingStream(asyncio.Protocol, anyio.abc.ByteStream):
         return chunk
 
     async def send(self, item: bytes) -> None:
+        if self._sending is not None:
+            raise anyio.BusyResourceError("writing to")
         # As anyio's send: a cancel pending fails it before a byte is written.
         await self._backend.checkpoint_if_cancelled()
         transport = self._transport
@@ -168,9 +180,15 @@ class KeptReadingStream(asyncio.Protocol, anyio.abc.ByteStream):
         if transport.is_closing():
             raise anyio.BrokenResourceError("the connection broke while sending")
         while self._writing_paused:
+            if self._closed:
+                raise anyio.ClosedResourceError
             if self._lost:
                 raise anyio.BrokenResourceError from self._error
-            await self._wait()
+            waiter = self._sending = self._loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._sending = None
 
     async def send_eof(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
@@ -185,4 +203,10 @@ class KeptReadingStream(asyncio.Protocol, anyio.abc.ByteStream):
                 transport.abort()
             else:
                 transport.close()
-        self._wake()
+        _wake(self._receiving)
+        _wake(self._sending)
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)

@@ -25,7 +25,7 @@ import attrs
 import httpx
 
 from .._backend import running_asyncio_loop, running_backend
-from ._asyncio_stream import KeptReadingStream
+from ._asyncio_stream import KeptReadingStream, runs_on
 from ._response import END, ResponseParser
 
 if TYPE_CHECKING:
@@ -51,12 +51,15 @@ class Connection:
     stream: anyio.abc.ByteStream
     # Registered once: asking whether an idle connection is readable is one poll.
     poller: Poller | None
-    # A plain TCP connection's socket on trio, which a request is written into directly
-    # (``_send_whole``), and what its descriptor is (device, inode); None over TLS, whose
-    # bytes only the stream may write, on asyncio, whose stream writes straight into the
-    # socket itself, and on Windows, where a socket is no file to ``os.write``.
+    # A plain TCP connection's socket on trio (or another asyncio loop, uvloop), which a
+    # request is written into directly (``_send_whole``), and what its descriptor is
+    # (device, inode); None over TLS, whose bytes only the stream may write, on asyncio's
+    # own loops, whose stream writes straight into the socket itself, and on Windows,
+    # where a socket is no file to ``os.write``.
     raw_socket: socket.socket | None = None
     socket_identity: tuple[int, int] = (0, 0)
+    # Whether its response is read straight off ``raw_socket`` (``_receive_some``): on trio.
+    reads_socket: bool = False
     parser: ResponseParser = attrs.field(factory=ResponseParser)
     idle_since: float = 0.0
     # Its loop's scopes and checkpoints, without anyio's lookup each (``_backend``).
@@ -69,8 +72,8 @@ class Connection:
         with anyio.CancelScope(deadline=deadline) as scope:
             try:
                 stream: anyio.abc.ByteStream
-                loop = None if scheme == b"https" else running_asyncio_loop()
-                if loop is not None:
+                loop = running_asyncio_loop()
+                if scheme == b"http" and loop is not None and runs_on(loop):
                     stream = await KeptReadingStream.connect(loop, running_backend(), host, port)
                 elif scheme == b"https":
                     # SNI and the certificate's name are the URL's host. HTTP frames
@@ -95,6 +98,9 @@ class Connection:
         if isinstance(stream, anyio.abc.SocketStream) and os.name == "posix":
             raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
             connection.raw_socket, connection.socket_identity = raw, _identity(raw.fileno())
+            # Read straight off only on trio: another asyncio loop's transport reads its
+            # socket itself, into a buffer of its own.
+            connection.reads_socket = loop is None
         return connection
 
     def reusable(self, now: float, expiry_seconds: float) -> bool:
@@ -214,7 +220,7 @@ class Connection:
         is trio's, a checkpoint that a cancel ends.
         """
         sock = self.raw_socket
-        if sock is None:
+        if sock is None or not self.reads_socket:
             try:
                 return await self.stream.receive(RECEIVE_BYTES)
             except anyio.EndOfStream:

@@ -112,7 +112,8 @@ class ReadAdmission:
         """
         if self._window_started_at is None:
             self._window_started_at, self._cpu_at_window_start = now, self.cpu_clock()
-        if late_seconds > HERD_SECONDS:
+        herd = late_seconds > HERD_SECONDS  # a herd's late wake: behind at once
+        if herd:
             self.behind = True
         self._sum += late_seconds
         self._count += 1
@@ -121,7 +122,7 @@ class ReadAdmission:
             return
         cpu = self.cpu_clock()
         self.lateness_seconds = mean = self._sum / self._count
-        if mean > BEHIND_SECONDS:
+        if mean > BEHIND_SECONDS or herd:
             self.behind = True
         elif self.behind and mean >= BEHIND_SECONDS / 2:
             pass  # not yet caught up: no flapping at the bound

@@ -28,7 +28,7 @@ import sniffio
 
 from follower._backend import running_backend
 from follower._http._agent_client import AgentClient
-from follower._http._asyncio_stream import BUFFER_LIMIT, KeptReadingStream
+from follower._http._asyncio_stream import BUFFER_LIMIT, KeptReadingStream, runs_on
 from follower._http._clients import _shared_ssl_context
 from follower._http._connection import Connection
 from follower._http._exchange import read_page
@@ -229,3 +229,116 @@ async def test_a_plain_connection_keeps_reading_on_asyncio_only() -> None:
             finally:
                 await connection.close()
     assert kept == (sniffio.current_async_library() == "asyncio")
+
+
+def test_only_asyncios_own_loops_get_the_stream() -> None:
+    # Another loop's transports and connect are its own (uvloop's connect takes no happy
+    # eyeballs): its connections keep anyio's stream.
+    class AnotherLoop(asyncio.AbstractEventLoop):
+        pass
+
+    loop = asyncio.new_event_loop()
+    try:
+        assert runs_on(loop)
+    finally:
+        loop.close()
+    assert not runs_on(AnotherLoop())
+
+
+@on_asyncio
+async def test_a_send_returns_once_the_kernel_has_every_byte() -> None:
+    # What writing a request after the stream's send relies on: the stream keeps none of
+    # the bytes once its send returned. A peer that reads nothing until told: the send
+    # waits, and when it returns its transport holds nothing.
+    sent = bytes(range(256)) * (32 * 4096)  # 32 MiB: more than any socket's buffers hold
+    read_now, all_read = anyio.Event(), anyio.Event()
+    received = bytearray()
+
+    async def read_when_told(stream: anyio.abc.SocketStream) -> None:
+        await read_now.wait()
+        while len(received) < len(sent):
+            received.extend(await stream.receive())
+        all_read.set()
+
+    with anyio.fail_after(30):
+        async with peer(read_when_told) as stream, anyio.create_task_group() as tg:
+            done = anyio.Event()
+
+            async def send() -> None:
+                # Told to pause writing at the first byte left unsent, resumed when none is.
+                assert stream._transport is not None
+                assert stream._transport.get_write_buffer_limits() == (0, 0)
+                await stream.send(sent)
+                assert stream._transport is not None
+                assert stream._transport.get_write_buffer_size() == 0
+                done.set()
+
+            tg.start_soon(send)
+            while not stream._writing_paused:
+                await anyio.lowlevel.checkpoint()
+            assert not done.is_set()
+            read_now.set()
+            await done.wait()
+            await all_read.wait()
+    assert received == sent
+
+
+@on_asyncio
+async def test_a_stream_closed_with_bytes_unsent_lets_its_socket_go_at_once() -> None:
+    # A server that stopped reading must not keep the connection's socket open: the
+    # unsent bytes are dropped (an abort), not waited for.
+    async def read_nothing(stream: anyio.abc.SocketStream) -> None:
+        await anyio.sleep_forever()
+
+    with anyio.fail_after(30):
+        async with peer(read_nothing) as stream:
+            with anyio.CancelScope() as scope:
+
+                async def cancel_once_paused() -> None:
+                    while not stream._writing_paused:
+                        await anyio.lowlevel.checkpoint()
+                    scope.cancel()
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(cancel_once_paused)
+                    await stream.send(bytes(32 * 1024 * 1024))
+            assert scope.cancelled_caught
+            assert stream._transport is not None
+            assert stream._transport.get_write_buffer_size() > 0  # the server took only some
+            raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+            await stream.aclose()
+            # Closed in the loop's next turn (an abort's call_soon), not at a drain.
+            await anyio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
+            assert raw.fileno() == -1
+
+
+@on_asyncio
+async def test_a_second_receive_at_once_is_refused_not_left_waiting() -> None:
+    async def idle(stream: anyio.abc.SocketStream) -> None:
+        await anyio.sleep_forever()
+
+    with anyio.fail_after(10):
+        async with peer(idle) as stream, anyio.create_task_group() as tg:
+            tg.start_soon(stream.receive)
+            await anyio.wait_all_tasks_blocked()
+            with pytest.raises(anyio.BusyResourceError):
+                await stream.receive()
+            tg.cancel_scope.cancel()
+
+
+@on_asyncio
+async def test_bytes_come_in_already_do_not_outrun_a_pending_cancel() -> None:
+    async def say(stream: anyio.abc.SocketStream) -> None:
+        await stream.send(b"come in")
+        await anyio.sleep_forever()
+
+    with anyio.fail_after(10):
+        async with peer(say) as stream:
+            while not stream.readable():
+                await anyio.lowlevel.checkpoint()
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                await stream.receive()
+            assert scope.cancelled_caught
+            assert await stream.receive() == b"come in"

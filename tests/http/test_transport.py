@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import anyio.streams.tls
 import httpx
 import pytest
@@ -33,6 +34,7 @@ import trustme
 from follower import AgentUnavailableError, MalformedPageReason
 from follower._http import _connection
 from follower._http._agent_client import PRIVATE_MEMBERS, AgentClient
+from follower._http._asyncio_stream import KeptReadingStream
 from follower._http._body import WIRE_ALLOWANCE_BYTES
 from follower._http._clients import ClientPool, _shared_ssl_context
 from follower._http._connection import Connection
@@ -368,6 +370,34 @@ async def test_a_server_closing_between_exchanges_is_noticed_before_reuse() -> N
                 await closed.wait()
     assert server.connections == 3
     assert len(server.requests) == 3
+
+
+async def test_an_idle_connection_the_server_sent_something_unasked_is_not_reused() -> None:
+    # A byte after the answer, never asked for, once the connection is idle: on asyncio the
+    # loop reads it into the connection's stream, where the socket no longer shows it, so
+    # the stream is asked.
+    idle, strayed = anyio.Event(), anyio.Event()
+
+    async def answer_then_stray(stream: anyio.abc.ByteStream, request: Request) -> bool:
+        await stream.send(answer(page()))
+        if request.connection == 0:
+            await idle.wait()
+            await stream.send(b"X")
+            strayed.set()
+        return True
+
+    transport = AgentTransport(ssl_context=_shared_ssl_context())
+    with anyio.fail_after(10):
+        async with serving(answer_then_stray) as (url, server), AgentClient(transport) as client:
+            await read(client, url)
+            [[connection]] = transport._idle.values()
+            idle.set()
+            await strayed.wait()
+            if isinstance(connection.stream, KeptReadingStream):
+                while not connection.stream.readable():  # the loop has read it
+                    await anyio.lowlevel.checkpoint()
+            await read(client, url)
+    assert server.connections == 2
 
 
 @pytest.mark.parametrize(

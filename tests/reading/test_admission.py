@@ -73,6 +73,12 @@ def test_one_wake_later_than_the_herd_bound_puts_the_loop_behind_at_once() -> No
     admission.woke(herd * 1.01, window / 10)  # within the window still
     assert admission.behind
     assert admission.slot() is not _admission.AT_ONCE
+    # A late wake that closes a window of wakes on time keeps it behind too.
+    admission = ReadAdmission(2)
+    for n in range(20):
+        admission.woke(0.0, window * n / 20)
+    admission.woke(herd * 1.01, window * 1.01)
+    assert admission.behind
 
 
 @pytest.fixture(params=virtual_time_backends(), scope="module")
