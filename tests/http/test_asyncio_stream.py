@@ -16,6 +16,7 @@ import asyncio
 import hashlib
 import socket
 import struct
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -342,3 +343,29 @@ async def test_bytes_come_in_already_do_not_outrun_a_pending_cancel() -> None:
                 await stream.receive()
             assert scope.cancelled_caught
             assert await stream.receive() == b"come in"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="uvloop runs on POSIX only")
+def test_another_asyncio_loops_connections_keep_anyios_stream() -> None:
+    # uvloop's connect takes no happy eyeballs and its transports read their sockets
+    # themselves: its connections keep anyio's stream and are read through it, an
+    # address's and a name's alike (asking asyncio's connect for happy eyeballs failed
+    # every read there with a TypeError).
+    kinds: set[tuple[str, bool]] = set()
+
+    async def read_a_few() -> None:
+        transport = AgentTransport(ssl_context=_shared_ssl_context())
+        with anyio.fail_after(10):
+            async with serving() as (url, _), AgentClient(transport) as client:
+                for host in ("127.0.0.1", "localhost"):
+                    for _ in range(3):
+                        page = await read_page(client, url.replace("127.0.0.1", host), "t1", 0)
+                        assert page.next == 1
+                kinds.update(
+                    (type(connection.stream).__name__, connection.reads_socket)
+                    for stack in transport._idle.values()
+                    for connection in stack
+                )
+
+    anyio.run(read_a_few, backend="asyncio", backend_options={"use_uvloop": True})
+    assert kinds == {("SocketStream", False)}
