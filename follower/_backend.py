@@ -1,8 +1,5 @@
 """The running event loop's anyio backend, looked up once by the objects that hold it.
 
-(And whether that loop is asyncio's: the few parts with a way of their own on asyncio,
-a connection's stream and a parked wait's wake-up, ask ``running_asyncio_loop``.)
-
 Each of anyio's functions (``anyio.current_time()``, ``anyio.CancelScope()``,
 ``anyio.Event()``, ``anyio.sleep()``, ``anyio.lowlevel.checkpoint_if_cancelled()``)
 first asks which library runs the loop (sniffio's context variable, or asyncio's
@@ -16,7 +13,6 @@ calls, without the lookups.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 import anyio.lowlevel
@@ -31,11 +27,3 @@ def running_backend() -> type[AsyncBackend]:
     Raises anyio's ``NoEventLoopError`` (a ``RuntimeError``) outside one.
     """
     return anyio.lowlevel.current_token().backend_class
-
-
-def running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
-    """The asyncio loop running in this thread, or None (trio's, or none at all)."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None

@@ -2,14 +2,10 @@
 
 A connection carries one request at a time: it sends the request, reads the
 response's head with the codec (:mod:`follower._http._response`), then hands
-the body's pieces to :mod:`follower._http._body` as they are asked for. Its
-stream is anyio's, but for a plain TCP connection on asyncio, which is the
-library's own (:mod:`follower._http._asyncio_stream`); on trio a plain
-connection's bytes are written into and read off its socket directly. Each wait
+the body's pieces to :mod:`follower._http._body` as they are asked for. Each wait
 is bounded by the exchange's deadline and fails as httpx's own exception types.
 Whether an idle connection may be reused is asked of the socket itself (one
-poll), and on asyncio first of the stream that keeps reading it: a readable
-idle socket was closed or reset by the server.
+poll): a readable idle socket was closed or reset by the server.
 """
 
 from __future__ import annotations
@@ -24,8 +20,7 @@ import anyio.abc
 import attrs
 import httpx
 
-from .._backend import running_asyncio_loop, running_backend
-from ._asyncio_stream import KeptReadingStream, runs_on
+from .._backend import running_backend
 from ._response import END, ResponseParser
 
 if TYPE_CHECKING:
@@ -51,15 +46,12 @@ class Connection:
     stream: anyio.abc.ByteStream
     # Registered once: asking whether an idle connection is readable is one poll.
     poller: Poller | None
-    # A plain TCP connection's socket on trio (or another asyncio loop, uvloop), which a
-    # request is written into directly (``_send_whole``), and what its descriptor is
-    # (device, inode); None over TLS, whose bytes only the stream may write, on asyncio's
-    # own loops, whose stream writes straight into the socket itself, and on Windows,
-    # where a socket is no file to ``os.write``.
+    # A plain TCP connection's socket, which a request is written into directly
+    # (``_send_whole``), and what its descriptor is (device, inode); None over TLS, whose
+    # bytes only the stream may write, and on Windows, where a socket is no file to
+    # ``os.write``.
     raw_socket: socket.socket | None = None
     socket_identity: tuple[int, int] = (0, 0)
-    # Whether its response is read straight off ``raw_socket`` (``_receive_some``): on trio.
-    reads_socket: bool = False
     parser: ResponseParser = attrs.field(factory=ResponseParser)
     idle_since: float = 0.0
     # Its loop's scopes and checkpoints, without anyio's lookup each (``_backend``).
@@ -72,10 +64,7 @@ class Connection:
         with anyio.CancelScope(deadline=deadline) as scope:
             try:
                 stream: anyio.abc.ByteStream
-                loop = running_asyncio_loop()
-                if scheme == b"http" and loop is not None and runs_on(loop):
-                    stream = await KeptReadingStream.connect(loop, running_backend(), host, port)
-                elif scheme == b"https":
+                if scheme == b"https":
                     # SNI and the certificate's name are the URL's host. HTTP frames
                     # its own messages (a truncated body is an error), so no
                     # close_notify is required of the server, as in httpcore.
@@ -98,9 +87,6 @@ class Connection:
         if isinstance(stream, anyio.abc.SocketStream) and os.name == "posix":
             raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
             connection.raw_socket, connection.socket_identity = raw, _identity(raw.fileno())
-            # Read straight off only on trio: another asyncio loop's transport reads its
-            # socket itself, into a buffer of its own.
-            connection.reads_socket = loop is None
         return connection
 
     def reusable(self, now: float, expiry_seconds: float) -> bool:
@@ -108,12 +94,8 @@ class Connection:
         if now - self.idle_since >= expiry_seconds:
             return False
         # Readable while idle means the server closed it (EOF), reset it, or sent
-        # something unasked for: none of these can carry a request. anyio's streams
-        # leave the socket unread while no one receives; the asyncio stream reads it when
-        # its loop polls, so what it read is asked first, then what it has yet to read.
-        stream = self.stream
-        if isinstance(stream, KeptReadingStream) and stream.readable():
-            return False
+        # something unasked for: none of these can carry a request.
+        # (Both backends leave the socket unread while no one receives.)
         return self.poller is None or not self.poller.readable()
 
     async def exchange(
@@ -126,6 +108,7 @@ class Connection:
         parser = self.parser = ResponseParser(
             head_request=writer.method == b"HEAD", request_close=writer.close
         )
+        stream = self.stream
         sending = True
         with self.backend.create_cancel_scope(deadline=deadline) as scope:
             try:
@@ -133,7 +116,6 @@ class Connection:
                     # One send, so one syscall for a small request.
                     await self._send_whole(writer.whole(content))
                 else:
-                    stream = self.stream
                     await stream.send(writer.head)
                     async for chunk in content:
                         data = writer.piece(chunk)
@@ -144,7 +126,10 @@ class Connection:
                         await stream.send(data)
                 sending = False
                 while (head := parser.next_head()) is None:
-                    parser.feed(await self._receive_some())
+                    try:
+                        parser.feed(await stream.receive(RECEIVE_BYTES))
+                    except anyio.EndOfStream:
+                        parser.feed(b"")
                 return head
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                 error = httpx.WriteError if sending else httpx.ReadError
@@ -157,31 +142,29 @@ class Connection:
     async def _send_whole(self, data: bytes) -> None:
         """Send ``data``, on a plain TCP connection straight into the socket's buffer.
 
-        On asyncio the connection's own stream does this: its transport writes into the
-        socket at once. anyio's trio stream yields to the loop once it has written (a
+        A stream's send yields to the loop once it has written (both backends
         checkpoint), and the response's receive, which comes next, waits anyway: that
-        turn of the loop is about a twentieth of a read's CPU. So on trio the request
-        is written into the socket here. Between exchanges nothing else writes to the
-        socket, and the stream keeps no bytes of its own: trio's send returns once the
-        kernel has taken every byte (a test in tests/http/test_transport.py fails
-        should that change); an exchange whose send failed or was cancelled never
-        parks its connection. So the bytes go out in order. Whatever the socket's
-        buffer does not take (never, for a request of a few hundred bytes) goes by the
-        stream. As the stream's send does, nothing is sent once the scope is cancelled.
+        turn of the loop is about a twentieth of a read's CPU. Between exchanges
+        nothing else writes to the socket, and the stream keeps no bytes of its own:
+        trio's send returns once the kernel has taken every byte, and anyio sets
+        asyncio's write buffer limits to 0, so its send returns once the transport's
+        buffer is empty (a test in tests/http/test_transport.py fails should either
+        change); an exchange whose send failed or was cancelled never parks its
+        connection. So the bytes go out in order. Whatever the socket's buffer does
+        not take (never, for a request of a few hundred bytes) goes by the stream. As
+        the stream's send does, nothing is sent once the scope is cancelled.
         """
-        if self.raw_socket is None:  # the stream's send sees a pending cancel itself
-            await self.stream.send(data)
-            return
         await self.backend.checkpoint_if_cancelled()
         sent = 0
-        fd = self.raw_socket.fileno()
-        # Still this connection's socket: one closed under it (-1, or a number kept by
-        # another event loop's stand-in) may have given its number to another file.
-        if _identity(fd) == self.socket_identity:
-            try:  # noqa: SIM105 (a read's path: no context manager's calls)
-                sent = os.write(fd, data)
-            except BlockingIOError:
-                pass
+        if self.raw_socket is not None:
+            fd = self.raw_socket.fileno()
+            # Still this connection's socket: one closed under it (-1, or a number kept by
+            # another event loop's stand-in) may have given its number to another file.
+            if _identity(fd) == self.socket_identity:
+                try:  # noqa: SIM105 (a read's path: no context manager's calls)
+                    sent = os.write(fd, data)
+                except BlockingIOError:
+                    pass
         if sent < len(data):
             await self.stream.send(data[sent:])
 
@@ -204,32 +187,12 @@ class Connection:
         """Bytes off the connection (``b""`` at its end), waiting until ``deadline`` at most."""
         try:
             with self.backend.create_cancel_scope(deadline=deadline):
-                return await self._receive_some()
+                return await self.stream.receive(RECEIVE_BYTES)
+        except anyio.EndOfStream:
+            return b""
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from exc
         raise httpx.ReadTimeout("the response's body did not arrive in time")
-
-    async def _receive_some(self) -> bytes:
-        """Bytes off the connection, ``b""`` at its end; fails as its stream does, or ``OSError``.
-
-        On trio a plain TCP connection's bytes are read straight off its socket, as its
-        request is written into it (``_send_whole``): anyio's stream and trio's socket
-        wrap a read in about thirty calls, and neither keeps bytes of its own (trio's
-        socket is the kernel's, unbuffered), so nothing read is passed over. The read is
-        tried first (a body's next piece has often come in), then waited for; the wait
-        is trio's, a checkpoint that a cancel ends.
-        """
-        sock = self.raw_socket
-        if sock is None or not self.reads_socket:
-            try:
-                return await self.stream.receive(RECEIVE_BYTES)
-            except anyio.EndOfStream:
-                return b""
-        while True:
-            try:
-                return sock.recv(RECEIVE_BYTES)
-            except BlockingIOError:
-                await self.backend.wait_readable(sock)
 
     async def close(self) -> None:
         # Forcefully: a TLS goodbye to a server that stopped answering could hang.

@@ -51,7 +51,7 @@ _NEVER = float("inf")
 @final
 @attrs.define(eq=False, kw_only=True)
 class AgentTransport(httpx.AsyncBaseTransport):
-    """HTTP/1.1 keep-alive over the loop's sockets, one connection per request in flight.
+    """HTTP/1.1 keep-alive over anyio streams, one connection per request in flight.
 
     ``ssl_context`` verifies servers for ``https`` URLs (SNI and the hostname are
     checked against the URL's host). A connection is reused only after a complete

@@ -3,18 +3,15 @@
 At 5,000 followers and a 1 s poll a loop makes 5,000 waits a second. A wait made of an
 anyio cancel scope around an event costs each one a scope, a timer and a cancellation
 delivered to end it, at its deadline, as most waits end (``benchmarks/waits.py``).
-Here a waiting follower parks on a wake-up of its own in its loop's
+Here a waiting follower parks on an event of its own in its loop's
 :class:`Timekeeper`, a heap of the parked waits by deadline; one of the parked
 followers, in turn, keeps the time: it sleeps until the earliest deadline, sets the
-wake-up of every wait due, and sleeps again. When its own wait ends it hands its turn
-to another parked wait. Setting a turn's :class:`TurnStop` sets its parked wait's
-wake-up. A wake-up is the least the backend needs (``_wakeup``: a future on asyncio,
-the task itself on trio), not an ``anyio.Event``: what a wait allocates lives an
-interval, long enough for the collector to promote it.
+event of every wait due, and sleeps again. When its own wait ends it hands its turn to
+another parked wait. Setting a turn's :class:`TurnStop` sets its parked wait's event.
 
-Cancellation is the backend's (the wake-up's wait, anyio's sleep and cancel scope):
-a parked follower that is cancelled leaves its wake-up, and one that keeps the time
-leaves its sleep. A wait that ended early (stopped, or cancelled) stays in
+Everything is anyio's own (an event, a sleep, a cancel scope), so cancellation is the
+backend's: a parked follower that is cancelled leaves its event, and one that keeps
+the time leaves its sleep. A wait that ended early (stopped, or cancelled) stays in
 the heap, marked, until it comes to the top, no wait is parked, or the ended outnumber
 the parked (then they are swept out together): nothing has to find it.
 
@@ -35,18 +32,17 @@ import anyio.lowlevel
 
 from .._backend import running_backend
 from .._loop_local import LoopLocal
-from ._wakeup import Wakeup, wakeup_factory
 
 if TYPE_CHECKING:
     from anyio.abc import AsyncBackend
 
 
 class _Parked:
-    """One parked wait: its wake-up, whether it has ended, and whether it is to keep the time."""
+    """One parked wait: its event, whether it has ended, and whether it is to keep the time."""
 
     __slots__ = ("ended", "turn", "wake")
 
-    def __init__(self, wake: Wakeup) -> None:
+    def __init__(self, wake: anyio.Event) -> None:
         self.wake = wake
         self.ended = False  # due, stopped or cancelled: the keeper wakes it no more
         self.turn = False  # handed the keeper's turn, and not yet keeping it
@@ -57,16 +53,14 @@ class Timekeeper:
 
     It lives in a ``RunVar``, whose value must not refer to its loop (anyio keys the
     loop's variables weakly by the loop): so once no wait is parked it keeps nothing,
-    no heap entry, no wake-up and no scope, and a run that has ended leaves no loop behind.
+    no heap entry, no event and no scope, and a run that has ended leaves no loop behind.
     """
 
-    __slots__ = ("_aim", "_heap", "_keeper", "_live", "_order", "_scope", "_wakeup", "backend")
+    __slots__ = ("_aim", "_heap", "_keeper", "_live", "_order", "_scope", "backend")
 
     def __init__(self) -> None:
-        # Its waits' clock, sleeps and scopes, without anyio's lookup each (``_backend``).
+        # Its waits' clock, events and sleeps, without anyio's lookup each (``_backend``).
         self.backend: type[AsyncBackend] = running_backend()
-        # What a parked wait waits on: the least its loop needs (``_wakeup``).
-        self._wakeup = wakeup_factory()
         # By deadline, then the order parked: the heap compares tuples in C, never a wait.
         self._heap: list[tuple[float, int, _Parked]] = []
         self._order = itertools.count()
@@ -79,7 +73,7 @@ class Timekeeper:
         """Wait ``seconds``, or until ``stop`` is set; the caller checks neither first."""
         backend = self.backend
         deadline = backend.current_time() + seconds
-        parked = _Parked(self._wakeup())
+        parked = _Parked(backend.create_event())
         self._live += 1
         try:
             heapq.heappush(self._heap, (deadline, next(self._order), parked))
@@ -91,10 +85,10 @@ class Timekeeper:
             if deadline < self._aim:  # sooner than the keeper sleeps until: re-aim it
                 assert self._scope is not None
                 self._scope.cancel()
-            await parked.wake
+            await parked.wake.wait()
             while parked.turn:  # woken to keep the time (an heir that ended keeps it no time)
                 parked.turn = False
-                parked.wake = self._wakeup()
+                parked.wake = backend.create_event()
                 await self._keep(parked)
         finally:
             parked.ended = True  # a cancelled wait has not been marked yet

@@ -24,17 +24,14 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import anyio.streams.tls
 import httpx
 import pytest
-import sniffio
 import trustme
 
 from follower import AgentUnavailableError, MalformedPageReason
 from follower._http import _connection
 from follower._http._agent_client import PRIVATE_MEMBERS, AgentClient
-from follower._http._asyncio_stream import KeptReadingStream
 from follower._http._body import WIRE_ALLOWANCE_BYTES
 from follower._http._clients import ClientPool, _shared_ssl_context
 from follower._http._connection import Connection
@@ -189,9 +186,6 @@ async def test_a_request_bigger_than_the_sockets_buffer_arrives_whole_and_in_ord
     assert server.connections == 1
 
 
-# On trio a request is written into the socket by the connection (Connection._send_whole);
-# on asyncio the connection's own stream writes it (tests/http/test_asyncio_stream.py).
-@pytest.mark.parametrize("anyio_backend", ["trio"])
 async def test_what_the_socket_does_not_take_follows_by_the_stream(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -224,11 +218,11 @@ async def test_what_the_socket_does_not_take_follows_by_the_stream(
 
 
 async def test_bytes_written_into_the_socket_after_a_streams_send_follow_its_bytes() -> None:
-    # What writing into a parked connection's socket relies on (Connection._send_whole,
-    # on trio): once a stream's send returned, it keeps none of the bytes. trio's send
-    # hands every byte to the kernel before it returns; were it to keep some, the bytes
-    # written after them would overtake them. On asyncio every byte goes by the
-    # connection's own stream, whose send waits until its transport's buffer is empty.
+    # What writing into a parked connection's socket relies on (Connection._send_whole):
+    # once a stream's send returned, it keeps none of the bytes. trio's send hands every
+    # byte to the kernel before it returns; on asyncio, anyio sets the transport's write
+    # buffer limits to 0, so its send waits until the transport's buffer is empty. Were
+    # either to keep some, the bytes written after them would overtake them.
     received = bytearray()
     drained = anyio.Event()
 
@@ -251,8 +245,7 @@ async def test_bytes_written_into_the_socket_after_a_streams_send_follow_its_byt
             origin = (b"http", b"127.0.0.1", port)
             deadline = anyio.current_time() + 10
             connection = await Connection.open(origin, _shared_ssl_context(), deadline)
-            on_trio = sniffio.current_async_library() == "trio"
-            assert (connection.raw_socket is not None) == on_trio
+            assert connection.raw_socket is not None
             for n in range(3):
                 await connection.stream.send(big)
                 await connection._send_whole(b"after %d" % n)
@@ -372,34 +365,6 @@ async def test_a_server_closing_between_exchanges_is_noticed_before_reuse() -> N
     assert len(server.requests) == 3
 
 
-async def test_an_idle_connection_the_server_sent_something_unasked_is_not_reused() -> None:
-    # A byte after the answer, never asked for, once the connection is idle: on asyncio the
-    # loop reads it into the connection's stream, where the socket no longer shows it, so
-    # the stream is asked.
-    idle, strayed = anyio.Event(), anyio.Event()
-
-    async def answer_then_stray(stream: anyio.abc.ByteStream, request: Request) -> bool:
-        await stream.send(answer(page()))
-        if request.connection == 0:
-            await idle.wait()
-            await stream.send(b"X")
-            strayed.set()
-        return True
-
-    transport = AgentTransport(ssl_context=_shared_ssl_context())
-    with anyio.fail_after(10):
-        async with serving(answer_then_stray) as (url, server), AgentClient(transport) as client:
-            await read(client, url)
-            [[connection]] = transport._idle.values()
-            idle.set()
-            await strayed.wait()
-            if isinstance(connection.stream, KeptReadingStream):
-                while not connection.stream.readable():  # the loop has read it
-                    await anyio.lowlevel.checkpoint()
-            await read(client, url)
-    assert server.connections == 2
-
-
 @pytest.mark.parametrize(
     "sent",
     [b"", b"HTTP/1.1 200 OK\r\ncontent-le", answer(page())[:-20]],
@@ -488,41 +453,6 @@ async def test_chunked_bodies_are_read_and_their_connection_reused() -> None:
         async with serving(respond) as (url, server), agent_client() as client:
             for _ in range(3):
                 assert (await read(client, url)).events == tuple(range(100))
-    assert server.connections == 1
-
-
-# On asyncio a connection's own stream reads its socket (tests/http/test_asyncio_stream.py).
-@pytest.mark.parametrize("anyio_backend", ["trio"])
-async def test_on_trio_a_response_is_read_straight_off_the_socket(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # Connection._receive_some: anyio's stream and trio's socket wrap a read in about
-    # thirty calls and keep no bytes of their own, so a plain connection on trio reads
-    # its socket itself. Its stream is never asked, and no byte is passed over, of a
-    # body in many pieces either.
-    body = page(events=tuple(range(100)))
-
-    async def respond(stream: anyio.abc.ByteStream, request: Request) -> bool:
-        for piece in chunked(body, 37):
-            await stream.send(piece)
-        return True
-
-    transport = AgentTransport(ssl_context=_shared_ssl_context())
-    asked: list[object] = []
-    with anyio.fail_after(10):
-        async with serving(respond) as (url, server), AgentClient(transport) as client:
-            assert (await read(client, url)).events == tuple(range(100))
-            [[connection]] = transport._idle.values()
-            receive = connection.stream.receive
-
-            async def asked_of_the_stream(*args: Any) -> bytes:
-                asked.append(args)
-                return await receive(*args)
-
-            monkeypatch.setattr(connection.stream, "receive", asked_of_the_stream)
-            for _ in range(3):
-                assert (await read(client, url)).events == tuple(range(100))
-    assert asked == []
     assert server.connections == 1
 
 
