@@ -89,16 +89,6 @@ class Timings:
     """The bound on starting the agent and the follower's healthy reads."""
 
     @property
-    def settle_seconds(self) -> float:
-        """A read already on the wire when the block exited reaches the agent within this.
-
-        It still has to pass the loopback relay and the server (same loop), so it
-        is not counted as a read after the exit; a follower left reading reads
-        again a poll interval later, well inside the grace window.
-        """
-        return self.poll_interval_seconds / 2
-
-    @property
     def exit_limit_seconds(self) -> float:
         """After the body ends, the block is cancelled from outside past this: it did not end."""
         return self.drain_seconds + self.read_timeout_seconds + 5.0
@@ -256,16 +246,23 @@ class _Step:
     # The agent's log before the step: the message that started the task goes to the
     # same URL as a stream's or a poll's reads, and is not the follower's.
     log_before: int = attrs.field(init=False)
+    # The follower's requests in the agent's log when the body ended.
+    body_mark: int = attrs.field(init=False, default=0)
 
     def __attrs_post_init__(self) -> None:
         self.log_before = len(self.agent.request_log())
 
     async def run(self, task_id: str) -> CellRun:
         body_ended, exited, ended = await self._step(task_id)
-        await self._watch_after(exited)
+        # Reads are told apart by where they stand in the agent's log, not by the
+        # time the agent logged them: one sent before the body ended (or the block
+        # exited) may reach the agent's log later on a busy machine. So the log is
+        # marked once every request sent by then has reached it (``wait_quiet``).
+        exit_mark = await self._log_mark(self.timings.setup_seconds)
+        await self._watch_after(exit_mark)
         log = self._follower_requests()
-        after_stop = [r for r in log if body_ended <= r.at < exited]
-        after_exit = [r for r in log if r.at >= exited + self.timings.settle_seconds]
+        after_stop = log[self.body_mark : exit_mark]
+        after_exit = log[exit_mark:]
         alive = sum(t.name == f"follower {self.turn_id}" for t in anyio.get_running_tasks())
         stored = await read_stored_turn(self.store, TurnKeys(PREFIX, self.turn_id))
         end = stored.end
@@ -306,6 +303,9 @@ class _Step:
                 ) as turn:
                     turn.follow(task_id)
                     await self._turn_agent_bad()
+                    # No checkpoint from the agent's quiet to the body's end: nothing
+                    # the follower sends after the mark is sent before the end.
+                    self.body_mark = len(self._follower_requests())
                     body_ended = anyio.current_time()
                     watchdog.deadline = body_ended + timings.exit_limit_seconds
                     await _end_body(outcome, turn, step_scope, error)
@@ -340,15 +340,15 @@ class _Step:
             await self._wait_follower_requests(healthy_reads)
             if streamed:
                 await anyio.wait_all_tasks_blocked()  # its first frames are stored
-            fault = agent.fault = _fault(self.cell.agent)
+            agent.fault = _fault(self.cell.agent)
             if streamed and self.cell.agent in ("close", "5xx"):
                 await agent.wait_streams_cut(1)
             elif not streamed:
                 await self._wait_follower_requests(len(self._follower_requests()) + 1)
-            if fault is not None:
-                # Until the follower has taken the failure in: it is then waiting
-                # in its backoff, or inside the read that never gets an answer.
-                await anyio.wait_all_tasks_blocked()
+            # Until the follower has taken the failure in (it is then waiting in its
+            # backoff, or inside a read that never gets an answer), and until every
+            # read it sent is in the agent's log.
+            await agent.wait_quiet()
         if setup.cancelled_caught:
             self.problems.append(
                 f"the follower did not read the agent {healthy_reads + 1} times "
@@ -359,12 +359,20 @@ class _Step:
         while len(self._follower_requests()) < count:
             await self.agent.wait_requests(len(self.agent.request_log()) + 1)
 
-    async def _watch_after(self, exited: float) -> None:
+    async def _log_mark(self, bound_seconds: float) -> int:
+        """The follower's requests in the agent's log once every request sent so far is in it.
+
+        A follower that reads without pause keeps the agent from being quiet: past
+        ``bound_seconds`` the log is marked as it stands.
+        """
+        with anyio.move_on_after(bound_seconds):
+            await self.agent.wait_quiet()
+        return len(self._follower_requests())
+
+    async def _watch_after(self, exit_mark: int) -> None:
         """Watch the agent's log for the grace window, or until a read comes after the exit."""
-        settled = exited + self.timings.settle_seconds
-        left = exited + self.timings.grace_seconds - anyio.current_time()
-        with anyio.move_on_after(max(0.0, left)):
-            while not any(r.at >= settled for r in self._follower_requests()):
+        with anyio.move_on_after(self.timings.grace_seconds):
+            while len(self._follower_requests()) <= exit_mark:
                 await self.agent.wait_requests(len(self.agent.request_log()) + 1)
 
     def _follower_requests(self) -> list[AgentRequest]:

@@ -22,12 +22,14 @@ too, as does ``restart``.
 from __future__ import annotations
 
 import json
+import selectors
 import uuid
-from contextlib import aclosing
+from contextlib import aclosing, contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, final
 
 import anyio
+import anyio.lowlevel
 import attrs
 import httpx
 
@@ -69,7 +71,8 @@ from ._transport import InProcessTransport
 from ._v1 import VERSION_NOT_SUPPORTED, message_from_v1, task_v1
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Callable, Iterable
+    import socket
+    from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 
     from ._asgi import Message, Receive, Scope, Send
     from ._faults import Fault
@@ -183,6 +186,8 @@ class ReferenceAgent:
     _read_seen: anyio.Event | None = attrs.field(default=None, init=False)
     _arrivals: list[_Arrival] = attrs.field(factory=list, init=False)
     _arrival_seen: anyio.Event | None = attrs.field(default=None, init=False)
+    _carried: int = attrs.field(default=0, init=False)
+    _carrier_sockets: set[socket.socket] = attrs.field(factory=set, init=False)
 
     # --- the test's controls ------------------------------------------------------
 
@@ -233,6 +238,44 @@ class ReferenceAgent:
             if self._arrival_seen is None:
                 self._arrival_seen = anyio.Event()
             await self._arrival_seen.wait()
+
+    async def wait_quiet(self) -> None:
+        """Return once every request sent to the agent so far has reached it, and every task waits.
+
+        A test that asserts what a client did *not* send after some moment needs
+        this on a socket (:func:`~follower.testing.serve_agent`), where
+        :func:`anyio.wait_all_tasks_blocked` is not enough: on asyncio a task
+        waiting on a socket whose bytes the loop has not polled yet counts as
+        blocked, so a request just sent can still be on its way through the
+        serving front. Here the loop also polls its sockets, the front's sockets
+        hold nothing unread, and nothing reached the agent meanwhile. A client
+        that sends without pause keeps the agent from ever being quiet: bound
+        the wait.
+        """
+        while True:
+            await anyio.wait_all_tasks_blocked()
+            seen = self._progress()
+            # The first turn of the loop polls its sockets; the second runs what found bytes.
+            await anyio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
+            await anyio.wait_all_tasks_blocked()
+            # After a sleep of its own, anyio's wait looks behind tasks that the same turn
+            # woke, and one may just have sent: the front's sockets say so.
+            if self._progress() == seen and not self._carrier_bytes_waiting():
+                return
+
+    def _progress(self) -> tuple[int, int, int, int]:
+        return (self._carried, len(self._arrivals), self._reads, self._rpc_calls)
+
+    def _carrier_bytes_waiting(self) -> bool:
+        """Whether a carrier's socket holds a connection or bytes not read yet."""
+        sockets = [sock for sock in self._carrier_sockets if sock.fileno() != -1]
+        if not sockets:
+            return False
+        with selectors.DefaultSelector() as selector:
+            for sock in sockets:
+                selector.register(sock, selectors.EVENT_READ)
+            return bool(selector.select(0))
 
     def _check_logging(self) -> None:
         if not self.log_requests:
@@ -308,10 +351,25 @@ class ReferenceAgent:
         every yes counts in :attr:`AgentStatistics.dropped_connections`. Tests
         have no need of it.
         """
+        self._carried += 1
         if not self._drops():
             return False
         self._note_arrival(None)
         return True
+
+    @contextmanager
+    def carrying(self, sock: socket.socket) -> Iterator[None]:
+        """For carriers on sockets: while in it, ``sock`` may hold requests on their way here.
+
+        The serving front of :func:`~follower.testing.serve_agent` names its
+        listening socket and each client's connection, so that :meth:`wait_quiet`
+        can see a request that is sent but not read yet. Tests have no need of it.
+        """
+        self._carrier_sockets.add(sock)
+        try:
+            yield
+        finally:
+            self._carrier_sockets.discard(sock)
 
     def _drops(self) -> bool:
         if not self._connections_fail_now():

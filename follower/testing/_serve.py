@@ -17,15 +17,19 @@ from __future__ import annotations
 import logging
 import socket
 import sys
+from contextlib import ExitStack, contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, cast
 
 import anyio
 import anyio.abc
+from anyio.abc import SocketAttribute
 
 from .._extras import install_hint
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from hypercorn.typing import ASGIFramework
 
     from ._agent import ReferenceAgent
@@ -71,14 +75,17 @@ async def serve_agent(
         listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
         front_port = listener.extra(anyio.abc.SocketAttribute.local_port)
         shutdown = anyio.Event()
-        async with listener, anyio.create_task_group() as tg:
-            tg.start_soon(_run_hypercorn, agent, upstream, shutdown)
-            tg.start_soon(listener.serve, partial(_relay, agent, upstream_port))
-            task_status.started(f"http://{_url_host(host)}:{front_port}/")
-            try:
-                await anyio.sleep_forever()
-            finally:
-                shutdown.set()
+        # Connections wait in the listener's backlog until accepted (``agent.wait_quiet()``).
+        listening = [each.extra(SocketAttribute.raw_socket) for each in listener.listeners]
+        with _carrying(agent, listening):
+            async with listener, anyio.create_task_group() as tg:
+                tg.start_soon(_run_hypercorn, agent, upstream, shutdown)
+                tg.start_soon(listener.serve, partial(_relay, agent, upstream_port))
+                task_status.started(f"http://{_url_host(host)}:{front_port}/")
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    shutdown.set()
     finally:
         upstream.close()
 
@@ -107,27 +114,42 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+@contextmanager
+def _carrying(agent: ReferenceAgent, sockets: list[socket.socket]) -> Iterator[None]:
+    with ExitStack() as stack:
+        for sock in sockets:
+            stack.enter_context(agent.carrying(sock))
+        yield
+
+
 async def _relay(agent: ReferenceAgent, upstream_port: int, client: anyio.abc.SocketStream) -> None:
     """Relay one client connection to hypercorn, unless the agent drops it."""
     async with client:
-        if agent.drops_connection():
-            return
+        with agent.carrying(client.extra(SocketAttribute.raw_socket)):
+            await _relay_requests(agent, upstream_port, client)
+
+
+async def _relay_requests(
+    agent: ReferenceAgent, upstream_port: int, client: anyio.abc.SocketStream
+) -> None:
+    if agent.drops_connection():
+        return
+    try:
+        upstream = await anyio.connect_tcp("127.0.0.1", upstream_port)
+    except OSError:
+        return
+    async with upstream, anyio.create_task_group() as tg:
+        tg.start_soon(_pump, upstream, client, tg.cancel_scope)
         try:
-            upstream = await anyio.connect_tcp("127.0.0.1", upstream_port)
-        except OSError:
-            return
-        async with upstream, anyio.create_task_group() as tg:
-            tg.start_soon(_pump, upstream, client, tg.cancel_scope)
-            try:
-                async for chunk in client:
-                    # Checked on every chunk, so a keep-alive connection opened while the
-                    # agent was healthy is closed at its first request after the fault.
-                    if agent.drops_connection():
-                        break
-                    await upstream.send(chunk)
-            except _RELAY_ERRORS:
-                pass
-            tg.cancel_scope.cancel()
+            async for chunk in client:
+                # Checked on every chunk, so a keep-alive connection opened while the
+                # agent was healthy is closed at its first request after the fault.
+                if agent.drops_connection():
+                    break
+                await upstream.send(chunk)
+        except _RELAY_ERRORS:
+            pass
+        tg.cancel_scope.cancel()
 
 
 async def _pump(

@@ -13,6 +13,7 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import httpx
@@ -884,6 +885,64 @@ async def test_request_log_says_when_each_request_came_and_how_it_was_answered()
     times = [r.at for r in log]
     assert times == sorted(times)
     assert times[-1] >= before_silent
+
+
+_BODY = json.dumps({"task_id": "no-such-task", "after": 0}).encode()
+# A cursor read the agent answers 404, sent as raw bytes: nothing but the send yields.
+LOGGED_REQUEST = (
+    b"POST /ext/trajectory HTTP/1.1\r\nhost: agent\r\ncontent-type: application/json\r\n"
+    b"content-length: %d\r\n\r\n%s" % (len(_BODY), _BODY)
+)
+
+
+@REAL_TIME
+async def test_once_quiet_every_request_sent_is_in_the_log() -> None:
+    # Each request is sent with no checkpoint after it: on asyncio it is still in the
+    # front's socket, unpolled, when every task already counts as blocked, so
+    # ``anyio.wait_all_tasks_blocked()`` alone returns before the agent logged it.
+    agent = ReferenceAgent(log_requests=True)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            url = await tg.start(serve_agent, agent)
+            port = urlsplit(url).port
+            assert port is not None
+            async with await anyio.connect_tcp("127.0.0.1", port) as kept_alive:
+                for sent in (1, 2, 3):
+                    await kept_alive.send(LOGGED_REQUEST)
+                    await agent.wait_quiet()
+                    assert len(agent.request_log()) == sent
+            for sent in (4, 5):  # each on a new connection, waiting to be accepted
+                async with await anyio.connect_tcp("127.0.0.1", port) as fresh:
+                    await fresh.send(LOGGED_REQUEST)
+                    await agent.wait_quiet()
+                    assert len(agent.request_log()) == sent
+            tg.cancel_scope.cancel()
+    assert {(r.path, r.status) for r in agent.request_log()} == {("/ext/trajectory", 404)}
+
+
+@REAL_TIME
+@pytest.mark.parametrize("ticks", range(8))
+async def test_quiet_is_not_fooled_by_a_request_sent_as_it_looks(ticks: int) -> None:
+    # A client sends while the agent looks for quiet: after ``ticks`` turns of the
+    # loop, one of which is the turn the agent takes its last look in.
+    agent = ReferenceAgent(log_requests=True)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            url = await tg.start(serve_agent, agent)
+            port = urlsplit(url).port
+            assert port is not None
+            async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+
+                async def send_later() -> None:
+                    for _ in range(ticks):
+                        await anyio.lowlevel.checkpoint()
+                    await stream.send(LOGGED_REQUEST)
+                    await anyio.sleep_forever()
+
+                tg.start_soon(send_later)
+                await agent.wait_quiet()  # the sender has sent: it waits for ever now
+                assert len(agent.request_log()) == 1
+            tg.cancel_scope.cancel()
 
 
 async def test_request_log_is_kept_only_when_asked_for() -> None:
