@@ -895,54 +895,61 @@ LOGGED_REQUEST = (
 )
 
 
+@asynccontextmanager
+async def served_port(agent: ReferenceAgent) -> AsyncIterator[int]:
+    """``agent`` served on loopback for the block: its port."""
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            port = urlsplit(await tg.start(serve_agent, agent)).port
+            assert port is not None
+            yield port
+            tg.cancel_scope.cancel()
+
+
 @REAL_TIME
 async def test_once_quiet_every_request_sent_is_in_the_log() -> None:
     # Each request is sent with no checkpoint after it: on asyncio it is still in the
     # front's socket, unpolled, when every task already counts as blocked, so
     # ``anyio.wait_all_tasks_blocked()`` alone returns before the agent logged it.
     agent = ReferenceAgent(log_requests=True)
-    with anyio.fail_after(10):
-        async with anyio.create_task_group() as tg:
-            url = await tg.start(serve_agent, agent)
-            port = urlsplit(url).port
-            assert port is not None
-            async with await anyio.connect_tcp("127.0.0.1", port) as kept_alive:
-                for sent in (1, 2, 3):
-                    await kept_alive.send(LOGGED_REQUEST)
-                    await agent.wait_quiet()
-                    assert len(agent.request_log()) == sent
-            for sent in (4, 5):  # each on a new connection, waiting to be accepted
-                async with await anyio.connect_tcp("127.0.0.1", port) as fresh:
-                    await fresh.send(LOGGED_REQUEST)
-                    await agent.wait_quiet()
-                    assert len(agent.request_log()) == sent
-            tg.cancel_scope.cancel()
+    async with served_port(agent) as port:
+        async with await anyio.connect_tcp("127.0.0.1", port) as kept_alive:
+            for sent in (1, 2, 3):
+                await kept_alive.send(LOGGED_REQUEST)
+                await agent.wait_quiet()
+                assert len(agent.request_log()) == sent
+        for sent in (4, 5):  # each on a new connection, waiting to be accepted
+            async with await anyio.connect_tcp("127.0.0.1", port) as fresh:
+                await fresh.send(LOGGED_REQUEST)
+                await agent.wait_quiet()
+                assert len(agent.request_log()) == sent
     assert {(r.path, r.status) for r in agent.request_log()} == {("/ext/trajectory", 404)}
 
 
 @REAL_TIME
-@pytest.mark.parametrize("ticks", range(8))
-async def test_quiet_is_not_fooled_by_a_request_sent_as_it_looks(ticks: int) -> None:
-    # A client sends while the agent looks for quiet: after ``ticks`` turns of the
-    # loop, one of which is the turn the agent takes its last look in.
+@pytest.mark.parametrize("delay_ms", [0, 0.2, 0.5, 1, 2, 5, 10, 50, 120])
+async def test_a_request_sent_while_the_agent_looks_for_quiet_is_in_the_log(
+    delay_ms: float,
+) -> None:
+    # A client wakes from a timer and sends while the agent may be taking its look.
+    # Whenever it sent, once the agent is quiet the request is in its log.
     agent = ReferenceAgent(log_requests=True)
-    with anyio.fail_after(10):
-        async with anyio.create_task_group() as tg:
-            url = await tg.start(serve_agent, agent)
-            port = urlsplit(url).port
-            assert port is not None
-            async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+    sent: list[bool] = []
+    async with (
+        served_port(agent) as port,
+        await anyio.connect_tcp("127.0.0.1", port) as stream,
+        anyio.create_task_group() as tg,
+    ):
 
-                async def send_later() -> None:
-                    for _ in range(ticks):
-                        await anyio.lowlevel.checkpoint()
-                    await stream.send(LOGGED_REQUEST)
-                    await anyio.sleep_forever()
+        async def send_later() -> None:
+            await anyio.sleep(delay_ms / 1000)
+            await stream.send(LOGGED_REQUEST)
+            sent.append(True)  # no checkpoint since the bytes went out
 
-                tg.start_soon(send_later)
-                await agent.wait_quiet()  # the sender has sent: it waits for ever now
-                assert len(agent.request_log()) == 1
-            tg.cancel_scope.cancel()
+        tg.start_soon(send_later)
+        await agent.wait_quiet()
+        assert len(agent.request_log()) == len(sent)
+        tg.cancel_scope.cancel()
 
 
 async def test_request_log_is_kept_only_when_asked_for() -> None:
