@@ -247,10 +247,10 @@ class ReferenceAgent:
         :func:`anyio.wait_all_tasks_blocked` is not enough: on asyncio a task
         waiting on a socket whose bytes the loop has not polled yet counts as
         blocked, so a request just sent can still be on its way through the
-        serving front. Here the loop also polls its sockets, the front's sockets
-        hold nothing unread, and nothing reached the agent meanwhile. A client
-        that sends without pause keeps the agent from ever being quiet: bound
-        the wait.
+        serving front. Here the loop also polls its sockets, and it returns only
+        once the front's sockets hold nothing unread and nothing reached the
+        agent meanwhile. A client that sends without
+        pause keeps the agent from ever being quiet: bound the wait.
         """
         while True:
             await anyio.wait_all_tasks_blocked()
@@ -362,7 +362,7 @@ class ReferenceAgent:
         """For carriers on sockets: while in it, ``sock`` may hold requests on their way here.
 
         The serving front of :func:`~follower.testing.serve_agent` names its
-        listening socket and each client's connection, so that :meth:`wait_quiet`
+        listening sockets and each client's connection, so that :meth:`wait_quiet`
         can see a request that is sent but not read yet. Tests have no need of it.
         """
         self._carrier_sockets.add(sock)

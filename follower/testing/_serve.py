@@ -17,8 +17,6 @@ from __future__ import annotations
 import logging
 import socket
 import sys
-from contextlib import ExitStack, contextmanager
-from functools import partial
 from typing import TYPE_CHECKING, cast
 
 import anyio
@@ -28,8 +26,6 @@ from anyio.abc import SocketAttribute
 from .._extras import install_hint
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from hypercorn.typing import ASGIFramework
 
     from ._agent import ReferenceAgent
@@ -75,17 +71,15 @@ async def serve_agent(
         listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
         front_port = listener.extra(anyio.abc.SocketAttribute.local_port)
         shutdown = anyio.Event()
-        # Connections wait in the listener's backlog until accepted (``agent.wait_quiet()``).
-        listening = [each.extra(SocketAttribute.raw_socket) for each in listener.listeners]
-        with _carrying(agent, listening):
-            async with listener, anyio.create_task_group() as tg:
-                tg.start_soon(_run_hypercorn, agent, upstream, shutdown)
-                tg.start_soon(listener.serve, partial(_relay, agent, upstream_port))
-                task_status.started(f"http://{_url_host(host)}:{front_port}/")
-                try:
-                    await anyio.sleep_forever()
-                finally:
-                    shutdown.set()
+        async with listener, anyio.create_task_group() as tg:
+            tg.start_soon(_run_hypercorn, agent, upstream, shutdown)
+            for each in listener.listeners:
+                tg.start_soon(_accept, agent, each, upstream_port)
+            task_status.started(f"http://{_url_host(host)}:{front_port}/")
+            try:
+                await anyio.sleep_forever()
+            finally:
+                shutdown.set()
     finally:
         upstream.close()
 
@@ -114,19 +108,48 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-@contextmanager
-def _carrying(agent: ReferenceAgent, sockets: list[socket.socket]) -> Iterator[None]:
-    with ExitStack() as stack:
-        for sock in sockets:
-            stack.enter_context(agent.carrying(sock))
-        yield
+async def _accept(
+    agent: ReferenceAgent, listener: anyio.abc.Listener[anyio.abc.SocketStream], upstream_port: int
+) -> None:
+    """Take in the listener's connections, each relayed by a task of its own.
+
+    Accepted here rather than by anyio's ``serve``, which would hand the connection
+    over only once the loop has set its transport up, looking blocked meanwhile: so
+    ``agent.wait_quiet()`` sees a connection waiting in the listening socket's
+    backlog, then a relay task that has not run yet, then the connection's socket.
+    """
+    raw = listener.extra(SocketAttribute.raw_socket)
+    unclaimed: set[socket.socket] = set()  # accepted, their relays not started yet
+    try:
+        with agent.carrying(raw):
+            async with anyio.create_task_group() as relays:
+                while True:
+                    await anyio.wait_readable(raw)
+                    try:
+                        client, _ = raw.accept()
+                    except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                        continue  # gone before it was taken in
+                    unclaimed.add(client)
+                    relays.start_soon(_relay, agent, upstream_port, client, unclaimed)
+    finally:
+        for client in unclaimed:  # their relays were cancelled before they began
+            client.close()
 
 
-async def _relay(agent: ReferenceAgent, upstream_port: int, client: anyio.abc.SocketStream) -> None:
+async def _relay(
+    agent: ReferenceAgent, upstream_port: int, client: socket.socket, unclaimed: set[socket.socket]
+) -> None:
     """Relay one client connection to hypercorn, unless the agent drops it."""
-    async with client:
-        with agent.carrying(client.extra(SocketAttribute.raw_socket)):
-            await _relay_requests(agent, upstream_port, client)
+    unclaimed.discard(client)
+    with agent.carrying(client):
+        try:
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            stream = await anyio.abc.SocketStream.from_socket(client)
+        except BaseException:
+            client.close()
+            raise
+        async with stream:
+            await _relay_requests(agent, upstream_port, stream)
 
 
 async def _relay_requests(
