@@ -18,8 +18,10 @@ flight when the body returns: the exit waits for its read timeout, by design.)
 The old follower (agentenv-framework 0.9.1364, ``--old-python``: the venv
 ``tools/old-follower-venv`` makes; absent, named as not run) runs the same cells
 on asyncio in a child on its venv (``_old_teardown.py``; ``follower`` is not
-installed there), against a reference agent served here on asyncio, whose
-request log counts its reads the same way. It keeps its own read timeout (30 s)
+installed there), against a reference agent served here on asyncio. Its reads
+after stop are counted by when they reached the agent's log, the body's end and the
+exit coming from the child on the same monotonic clock; ours are counted by marks in
+the log (``_fault_drill``), which a busy machine cannot shift. It keeps its own read timeout (30 s)
 and drain (60 s), and after stop retries a failed read every 0.2 s: each of its
 runs is awaited at most ``--old-cap`` seconds (default 2) and shown as "> cap"
 with the reads counted until then; it runs ``--old-repeats`` times a cell

@@ -258,7 +258,12 @@ class _Step:
         # time the agent logged them: one sent before the body ended (or the block
         # exited) may reach the agent's log later on a busy machine. So the log is
         # marked once every request sent by then has reached it (``wait_quiet``).
-        exit_mark = await self._log_mark(self.timings.setup_seconds)
+        if not await self._quiet_within(self.timings.setup_seconds):
+            self.problems.append(
+                f"the agent did not go quiet within {self.timings.setup_seconds:g} s of the "
+                "block's exit: a follower reads on without a pause"
+            )
+        exit_mark = len(self._follower_requests())
         await self._watch_after(exit_mark)
         log = self._follower_requests()
         after_stop = log[self.body_mark : exit_mark]
@@ -340,34 +345,40 @@ class _Step:
             await self._wait_follower_requests(healthy_reads)
             if streamed:
                 await anyio.wait_all_tasks_blocked()  # its first frames are stored
-            agent.fault = _fault(self.cell.agent)
+            fault = agent.fault = _fault(self.cell.agent)
             if streamed and self.cell.agent in ("close", "5xx"):
                 await agent.wait_streams_cut(1)
             elif not streamed:
                 await self._wait_follower_requests(len(self._follower_requests()) + 1)
-            # Until the follower has taken the failure in (it is then waiting in its
-            # backoff, or inside a read that never gets an answer), and until every
-            # read it sent is in the agent's log.
-            await agent.wait_quiet()
         if setup.cancelled_caught:
             self.problems.append(
                 f"the follower did not read the agent {healthy_reads + 1} times "
                 f"within {timings.setup_seconds} s"
+            )
+        # A healthy agent: its read was just logged (a stream flows), and the body ends
+        # with no checkpoint before it, while the follower waits for the answer; its
+        # next read is a poll interval after that answer. A bad agent: until the
+        # follower has taken the failure in (it is then waiting in its backoff, or
+        # inside a read that never gets an answer) and every read it sent is logged.
+        if fault is not None and not await self._quiet_within(timings.setup_seconds):
+            self.problems.append(
+                f"the agent did not go quiet within {timings.setup_seconds:g} s of its "
+                "fault: the follower reads on without a pause"
             )
 
     async def _wait_follower_requests(self, count: int) -> None:
         while len(self._follower_requests()) < count:
             await self.agent.wait_requests(len(self.agent.request_log()) + 1)
 
-    async def _log_mark(self, bound_seconds: float) -> int:
-        """The follower's requests in the agent's log once every request sent so far is in it.
+    async def _quiet_within(self, bound_seconds: float) -> bool:
+        """Whether every request sent to the agent reached its log within ``bound_seconds``.
 
-        A follower that reads without pause keeps the agent from being quiet: past
-        ``bound_seconds`` the log is marked as it stands.
+        A follower that reads without a pause never lets the agent be quiet.
         """
         with anyio.move_on_after(bound_seconds):
             await self.agent.wait_quiet()
-        return len(self._follower_requests())
+            return True
+        return False
 
     async def _watch_after(self, exit_mark: int) -> None:
         """Watch the agent's log for the grace window, or until a read comes after the exit."""
