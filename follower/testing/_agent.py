@@ -186,6 +186,7 @@ class ReferenceAgent:
     _read_seen: anyio.Event | None = attrs.field(default=None, init=False)
     _arrivals: list[_Arrival] = attrs.field(factory=list, init=False)
     _arrival_seen: anyio.Event | None = attrs.field(default=None, init=False)
+    # Connections and chunks the carriers passed on (each asks ``drops_connection``).
     _carried: int = attrs.field(default=0, init=False)
     _carrier_sockets: set[socket.socket] = attrs.field(factory=set, init=False)
 
@@ -249,8 +250,8 @@ class ReferenceAgent:
         blocked, so a request just sent can still be on its way through the
         serving front. Here the loop also polls its sockets, and it returns only
         once the front's sockets hold nothing unread and nothing reached the
-        agent meanwhile. A client that sends without
-        pause keeps the agent from ever being quiet: bound the wait.
+        agent meanwhile. A client that sends without pause keeps the agent from
+        ever being quiet: bound the wait.
         """
         while True:
             await anyio.wait_all_tasks_blocked()
