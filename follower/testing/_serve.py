@@ -145,6 +145,9 @@ async def _relay(
         try:
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             stream = await anyio.abc.SocketStream.from_socket(client)
+        except (OSError, ValueError):  # reset before it was taken in: no longer connected
+            client.close()
+            return
         except BaseException:
             client.close()
             raise

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -961,6 +962,23 @@ async def test_a_request_sent_as_the_agent_looks_is_in_the_log(
             await agent.wait_quiet()
             assert waits > 2  # it looked again
             assert len(agent.request_log()) == 1
+
+
+@REAL_TIME
+async def test_a_connection_reset_before_it_is_taken_in_leaves_the_agent_serving() -> None:
+    agent = ReferenceAgent(log_requests=True)
+    async with served_port(agent) as port, httpx.AsyncClient() as client:
+        gone = socket.create_connection(("127.0.0.1", port))
+        # Closed with a reset while it waits in the listener's queue: no turn of the loop
+        # has run since it connected.
+        gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        gone.close()
+        answer = await client.post(
+            f"http://127.0.0.1:{port}/ext/trajectory", json={"task_id": "none", "after": 0}
+        )
+        assert answer.status_code == 404
+        await agent.wait_quiet()
+    assert [(r.path, r.status) for r in agent.request_log()] == [("/ext/trajectory", 404)]
 
 
 async def test_request_log_is_kept_only_when_asked_for() -> None:
