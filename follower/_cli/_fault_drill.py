@@ -308,8 +308,9 @@ class _Step:
                 ) as turn:
                     turn.follow(task_id)
                     await self._turn_agent_bad()
-                    # No checkpoint from the agent's quiet to the body's end: nothing
-                    # the follower sends after the mark is sent before the end.
+                    # No checkpoint from the agent's quiet (or, healthy, the read just
+                    # logged) to the body's end: nothing the follower sends after the
+                    # mark is sent before the end.
                     self.body_mark = len(self._follower_requests())
                     body_ended = anyio.current_time()
                     watchdog.deadline = body_ended + timings.exit_limit_seconds
